@@ -1,0 +1,17 @@
+"""Errors that reach the user as one line, never as a traceback."""
+
+
+class OnnxsplitError(Exception):
+    """Base class: the CLI prints ``str(error)`` on one line and exits non-zero."""
+
+
+class WorkloadError(OnnxsplitError):
+    """The workload file or object is malformed (names the offending node or edge)."""
+
+
+class SplitError(OnnxsplitError):
+    """A split / assignment does not fit the workload (unknown node or device, ...)."""
+
+
+class SolveError(OnnxsplitError):
+    """A solver could not produce a plan (infeasible, too large, ...)."""

@@ -1,0 +1,117 @@
+"""Plan: which device runs each node, in what pipeline order, and how good that is.
+
+Solvers return Plans; the evaluator is the one judge of them.  A Plan's JSON is the
+solve object every ``onnxsplit solve`` prints (``objective``, ``method``, ``status``,
+``value``, ``lower_bound``, ``gap``, ``seconds``, ``assignment``), so a plan file can be
+edited by hand and re-applied.  Split files in the paper's format (``{"fpgas": [{"nodes":
+[...]}], "cpus": [...]}``, e.g. the human-expert splits) are read here too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import SplitError
+from .workload import Workload
+
+STATUSES = ("optimal", "feasible", "time_limit", "infeasible")
+
+
+@dataclass
+class Plan:
+    objective: str  # "throughput" | "latency"
+    method: str
+    status: str
+    value: float | None
+    assignment: dict[int, str]  # node id -> device name
+    lower_bound: float | None = None
+    gap: float | None = None
+    seconds: float = 0.0
+    stages: list[str] = field(default_factory=list)  # devices in pipeline order
+    details: dict[str, Any] = field(default_factory=dict)  # solver-specific facts
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["assignment"] = {str(k): v for k, v in sorted(self.assignment.items())}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Plan":
+        try:
+            assignment = {int(k): str(v) for k, v in d["assignment"].items()}
+            return cls(
+                objective=d.get("objective", "throughput"),
+                method=d.get("method", "given"),
+                status=d.get("status", "feasible"),
+                value=d.get("value"),
+                assignment=assignment,
+                lower_bound=d.get("lower_bound"),
+                gap=d.get("gap"),
+                seconds=float(d.get("seconds", 0.0)),
+                stages=list(d.get("stages", [])),
+                details=dict(d.get("details", {})),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise SplitError(f"not a plan object: {e}") from None
+
+
+def gap_of(value: float | None, lower_bound: float | None) -> float | None:
+    """Relative gap (value - bound) / value, as MIP solvers report it."""
+    if value is None or lower_bound is None:
+        return None
+    if value == 0:
+        return 0.0
+    return max(0.0, (value - lower_bound) / abs(value))
+
+
+def read_split(path: str | Path, workload: Workload) -> dict[int, str]:
+    """Read a split file (paper format, or a plan's JSON) as node id -> device name.
+
+    The paper's expert splits list forward nodes only: a node left out takes the device of
+    the other members of its colour class (so training splits take the backward nodes
+    along).  Accelerators are numbered in file order, CPU entries likewise.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise SplitError(f"{path}: cannot read: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise SplitError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if isinstance(data, dict) and "assignment" in data:
+        return Plan.from_json(data).assignment
+    if not isinstance(data, dict) or "fpgas" not in data or "cpus" not in data:
+        raise SplitError(f"{path}: expected a split with 'fpgas' and 'cpus' lists, or a plan with 'assignment'")
+    assignment: dict[int, str] = {}
+    for kind, key in (("acc", "fpgas"), ("cpu", "cpus")):
+        used = [m for m in data[key] if m.get("nodes")]
+        for i, machine in enumerate(used):
+            for nid in machine["nodes"]:
+                if nid in assignment:
+                    raise SplitError(f"{path}: node {nid} is listed twice")
+                assignment[int(nid)] = f"{kind}{i}"
+    return complete_by_color_class(assignment, workload, where=str(path))
+
+
+def complete_by_color_class(assignment: dict[int, str], workload: Workload, where: str = "split") -> dict[int, str]:
+    """Assign every missing node the device of its colour class (the class must agree)."""
+    unknown = [nid for nid in assignment if nid not in workload.index]
+    if unknown:
+        raise SplitError(f"{where}: node {unknown[0]} is not in the workload")
+    by_class: dict[int, set[str]] = {}
+    classes = workload.color_class
+    for nid, dev in assignment.items():
+        by_class.setdefault(int(classes[workload.index[nid]]), set()).add(dev)
+    out = dict(assignment)
+    for i, node in enumerate(workload.nodes):
+        if node.id in out:
+            continue
+        devs = by_class.get(int(classes[i]), set())
+        if len(devs) != 1:
+            why = "no other member of its colour class is placed" if not devs else \
+                "its colour class is placed on several devices"
+            raise SplitError(f"{where}: node {node.id} is not placed and {why}")
+        out[node.id] = next(iter(devs))
+    return out

@@ -1,0 +1,397 @@
+"""Exact max-load DP over ideals (Tarnawski et al., Section 4) for contiguous pipelines.
+
+dp[c][f][I] = the best max-load of covering ideal I with c CPU cores and f accelerators,
+each taking one difference J..I of a chain of ideals (plus the backward partners of those
+forward nodes).  The answer is dp[l][k][V].
+
+The reference recomputes the cost of each of up to 579 million ideal pairs from scratch.
+Here three things make it fast, none of them changing the optimum:
+
+* **Incremental costs.**  For a fixed upper ideal I a depth-first walk down the lattice
+  grows S = I \\ J one element at a time.  A part's communication is a hypergraph cut (each
+  original tensor u is the hyperedge {u} + its consumers; it is paid once iff S splits
+  it), kept up to date with one counter per hyperedge: O(degree) per pair.
+* **An upper bound UB** from the same DP over a few topological orders (the paper's
+  "linearized" variant).  A pair whose latency alone exceeds UB is never used, and the
+  walk stops there (latency only grows as S grows).
+* **Capacity windows.**  A state (c, f, I) can only be on a chain of value <= UB if I's
+  accelerator latency fits into f accelerators and c cores, and the rest fits into the
+  remaining devices.  When UB is tight, only a thin band of ideals survives per layer.
+
+Every plan is re-scored by :mod:`onnxsplit.solve.evaluate` before it is returned.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from ..errors import SolveError
+from ..plan import Plan
+from ..workload import Workload
+from . import evaluate, lattice, preprocess
+
+# back-link kinds
+_NONE, _ACC, _CPU, _SKIP_ACC, _SKIP_CPU = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class DPInstance:
+    """The preprocessed workload as the DP sees it: items (forward supernodes) and hyperedges."""
+
+    contracted: preprocess.Contracted
+    item_super: np.ndarray  # item -> forward supernode
+    item_partner: np.ndarray  # item -> backward supernode (or -1)
+    preds: list[list[int]]
+    succs: list[list[int]]
+    acc: np.ndarray  # extended (forward + backward partner) accelerator latency
+    cpu: np.ndarray
+    mem: np.ndarray
+    unsupported: np.ndarray
+    h_ptr: np.ndarray  # item -> hyperedges containing it (CSR)
+    h_idx: np.ndarray
+    h_size: np.ndarray
+    h_weight: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.item_super)
+
+
+def build_instance(workload: Workload) -> DPInstance:
+    c = preprocess.for_dp(workload)
+    fwd = np.flatnonzero(~c.backward)
+    item_of_super = np.full(c.size, -1, dtype=np.int64)
+    item_of_super[fwd] = np.arange(len(fwd))
+    label_item = {int(c.label[s]): int(item_of_super[s]) for s in fwd}
+    partner = np.full(len(fwd), -1, dtype=np.int64)
+    for s in np.flatnonzero(c.backward):
+        it = label_item[int(c.label[s])]
+        partner[it] = s
+        item_of_super[s] = it
+
+    def ext(values: np.ndarray) -> np.ndarray:
+        out = values[fwd].astype(np.float64)
+        has = partner >= 0
+        out[has] += values[partner[has]]
+        return out
+
+    preds: list[set[int]] = [set() for _ in fwd]
+    succs: list[set[int]] = [set() for _ in fwd]
+    for a, b in c.true_edges | c.artificial:
+        if not c.backward[a] and not c.backward[b]:
+            ia, ib = int(item_of_super[a]), int(item_of_super[b])
+            succs[ia].add(ib)
+            preds[ib].add(ia)
+
+    # hyperedges: each original tensor u touches the items of u and of its consumers
+    w = workload
+    item_of_node = item_of_super[c.group]
+    members: dict[int, set[int]] = {}
+    for s, d in zip(w.edge_src, w.edge_dst):
+        members.setdefault(int(s), {int(item_of_node[s])}).add(int(item_of_node[d]))
+    weight_of: dict[tuple[int, ...], float] = {}
+    for u, items in members.items():
+        if len(items) > 1 and w.out_cost[u] > 0:
+            key = tuple(sorted(items))
+            weight_of[key] = weight_of.get(key, 0.0) + float(w.out_cost[u])
+    hyper = list(weight_of.items())
+    incid: list[list[int]] = [[] for _ in fwd]
+    for h, (items, _) in enumerate(hyper):
+        for it in items:
+            incid[it].append(h)
+    h_ptr = np.zeros(len(fwd) + 1, dtype=np.int64)
+    h_ptr[1:] = np.cumsum([len(x) for x in incid])
+    return DPInstance(
+        contracted=c,
+        item_super=fwd,
+        item_partner=partner,
+        preds=[sorted(p) for p in preds],
+        succs=[sorted(s) for s in succs],
+        acc=ext(c.acc_latency),
+        cpu=ext(c.cpu_latency),
+        mem=ext(c.mem_size),
+        unsupported=ext(c.unsupported.astype(np.float64)),
+        h_ptr=h_ptr,
+        h_idx=np.array([h for x in incid for h in x], dtype=np.int64),
+        h_size=np.array([len(items) for items, _ in hyper], dtype=np.int64),
+        h_weight=np.array([wt for _, wt in hyper], dtype=np.float64),
+    )
+
+
+@dataclass
+class DPResult:
+    value: float
+    parts: list[tuple[str, list[int]]]  # (kind "acc"/"cpu", items) in pipeline order
+    ideals: int
+    pairs: int  # ideal pairs whose cost was evaluated
+
+
+def run(inst: DPInstance, lat: lattice.Lattice, k: int, l: int, memory: float,
+        upper_bound: float = np.inf) -> DPResult:
+    """The DP on one lattice (all ideals, or one chain), pruned by ``upper_bound``."""
+    pre_acc = lat.prefix_sums(inst.acc)
+    pre_cpu = lat.prefix_sums(inst.cpu)
+    pre_mem = lat.prefix_sums(inst.mem)
+    pre_uns = lat.prefix_sums(inst.unsupported)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(inst.cpu > 0, inst.acc / np.where(inst.cpu > 0, inst.cpu, 1.0),
+                         np.where(inst.acc > 0, np.inf, 0.0))
+    rho = float(ratio.max(initial=0.0))
+    dp, back, kind, pairs = _dp_kernel(pre_acc, pre_cpu, pre_mem, pre_uns, lat.down_ptr, lat.down_ideal,
+                                       lat.down_item, inst.h_ptr, inst.h_idx, inst.h_size, inst.h_weight,
+                                       k, l, float(memory), float(upper_bound), rho, inst.n)
+    top = l * (k + 1) + k
+    value = float(dp[top, lat.full])
+    if not np.isfinite(value):
+        return DPResult(np.inf, [], lat.size, int(pairs))
+    parts: list[tuple[str, list[int]]] = []
+    c, f, ideal = l, k, lat.full
+    while ideal != 0:
+        layer = c * (k + 1) + f
+        kd, prev = int(kind[layer, ideal]), int(back[layer, ideal])
+        if kd in (_ACC, _CPU):
+            diff = lat.masks[ideal] & ~lat.masks[prev]
+            parts.append(("acc" if kd == _ACC else "cpu", _bits(diff)))
+            ideal = prev
+        if kd in (_ACC, _SKIP_ACC):
+            f -= 1
+        elif kd in (_CPU, _SKIP_CPU):
+            c -= 1
+        else:
+            raise SolveError("internal error: broken DP back-link")
+    parts.reverse()
+    return DPResult(value, parts, lat.size, int(pairs))
+
+
+def _bits(mask: int) -> list[int]:
+    out, i = [], 0
+    while mask:
+        if mask & 1:
+            out.append(i)
+        mask >>= 1
+        i += 1
+    return out
+
+
+@njit(cache=True, inline="always")
+def _capacity(n_acc, n_cpu, ub_eff, cpu_cap):
+    """Most accelerator latency that n_acc accelerators and n_cpu cores can hold at <= UB."""
+    total = 0.0
+    if n_acc > 0:
+        total += n_acc * ub_eff
+    if n_cpu > 0:
+        total += n_cpu * cpu_cap
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _dp_kernel(pre_acc, pre_cpu, pre_mem, pre_uns, down_ptr, down_ideal, down_item,
+               h_ptr, h_idx, h_size, h_weight, k, l, memory, ub, rho, n_items):
+    N = pre_acc.shape[0]
+    K1 = k + 1
+    L = K1 * (l + 1)
+    INF = np.inf
+    dp = np.full((L, N), INF)
+    back = np.full((L, N), -1, np.int32)
+    kind = np.zeros((L, N), np.int8)
+    for layer in range(L):
+        dp[layer, 0] = 0.0
+    slack = 1.0 + 1e-9
+    ub_eff = ub * slack + 1e-12
+    cpu_cap = rho * ub_eff if rho > 0 else 0.0
+    total = pre_acc[N - 1]
+    mem_eff = memory * (1.0 + 1e-12)
+    stamp = np.full(N, -1, np.int64)
+    cnt = np.zeros(h_size.shape[0], np.int64)
+    st_ideal = np.empty(n_items + 2, np.int64)
+    st_ptr = np.empty(n_items + 2, np.int64)
+    st_item = np.empty(n_items + 2, np.int64)
+    useful = np.zeros(L, np.bool_)
+    pairs = 0
+    for I in range(1, N):
+        a_i = pre_acc[I]
+        any_useful = False
+        lo_j = INF  # smallest accelerator latency a useful sub-ideal can have
+        for c in range(l + 1):
+            for f in range(K1):
+                ok = a_i <= _capacity(f, c, ub_eff, cpu_cap) * slack and \
+                    total - a_i <= _capacity(k - f, l - c, ub_eff, cpu_cap) * slack
+                useful[c * K1 + f] = ok
+                if ok:
+                    any_useful = True
+                    if f >= 1:
+                        lo_j = min(lo_j, total - _capacity(k - f + 1, l - c, ub_eff, cpu_cap) * slack)
+                    if c >= 1:
+                        lo_j = min(lo_j, total - _capacity(k - f, l - c + 1, ub_eff, cpu_cap) * slack)
+        if not any_useful:
+            continue
+        # depth-first walk over the sub-ideals J of I, growing S = I \ J
+        stamp[I] = I
+        comm = 0.0
+        depth = 0
+        st_ideal[0] = I
+        st_ptr[0] = down_ptr[I]
+        st_item[0] = -1
+        while depth >= 0:
+            J = st_ideal[depth]
+            p = st_ptr[depth]
+            if p < down_ptr[J + 1]:
+                st_ptr[depth] = p + 1
+                J2 = down_ideal[p]
+                if stamp[J2] == I:
+                    continue
+                stamp[J2] = I
+                a_s = a_i - pre_acc[J2]
+                c_s = pre_cpu[I] - pre_cpu[J2]
+                acc_ok = k > 0 and a_s <= ub_eff and pre_uns[I] - pre_uns[J2] < 0.5 and \
+                    pre_mem[I] - pre_mem[J2] <= mem_eff
+                cpu_ok = l > 0 and c_s <= ub_eff
+                if not (acc_ok or cpu_ok):
+                    continue
+                if pre_acc[J2] < lo_j:
+                    continue
+                v = down_item[p]
+                for q in range(h_ptr[v], h_ptr[v + 1]):
+                    h = h_idx[q]
+                    cnt[h] += 1
+                    if cnt[h] == 1:
+                        comm += h_weight[h]
+                    elif cnt[h] == h_size[h]:
+                        comm -= h_weight[h]
+                pairs += 1
+                acc_cost = a_s + comm if acc_ok else INF
+                if acc_cost > ub_eff:
+                    acc_cost = INF
+                cpu_cost = c_s if cpu_ok else INF
+                for c in range(l + 1):
+                    for f in range(K1):
+                        layer = c * K1 + f
+                        if not useful[layer]:
+                            continue
+                        if f >= 1 and acc_cost < INF:
+                            cand = max(dp[layer - 1, J2], acc_cost)
+                            if cand < dp[layer, I]:
+                                dp[layer, I] = cand
+                                back[layer, I] = J2
+                                kind[layer, I] = 1
+                        if c >= 1 and cpu_cost < INF:
+                            cand = max(dp[layer - K1, J2], cpu_cost)
+                            if cand < dp[layer, I]:
+                                dp[layer, I] = cand
+                                back[layer, I] = J2
+                                kind[layer, I] = 2
+                depth += 1
+                st_ideal[depth] = J2
+                st_ptr[depth] = down_ptr[J2]
+                st_item[depth] = v
+            else:
+                v = st_item[depth]
+                if v >= 0:
+                    for q in range(h_ptr[v], h_ptr[v + 1]):
+                        h = h_idx[q]
+                        if cnt[h] == h_size[h]:
+                            comm += h_weight[h]
+                        elif cnt[h] == 1:
+                            comm -= h_weight[h]
+                        cnt[h] -= 1
+                depth -= 1
+        # leaving a device empty
+        for c in range(l + 1):
+            for f in range(K1):
+                layer = c * K1 + f
+                if not useful[layer]:
+                    continue
+                if f >= 1 and dp[layer - 1, I] < dp[layer, I]:
+                    dp[layer, I] = dp[layer - 1, I]
+                    back[layer, I] = I
+                    kind[layer, I] = 3
+                if c >= 1 and dp[layer - K1, I] < dp[layer, I]:
+                    dp[layer, I] = dp[layer - K1, I]
+                    back[layer, I] = I
+                    kind[layer, I] = 4
+    return dp, back, kind, pairs
+
+
+# ---- from DP result to Plan -----------------------------------------------------------------
+
+def topological_orders(inst: DPInstance) -> list[list[int]]:
+    """A few topological orders of the items, for linearized upper bounds."""
+    orders = []
+    for strategy in ("dfs", "bfs", "heavy_first"):
+        indeg = [len(p) for p in inst.preds]
+        ready = [v for v in range(inst.n) if indeg[v] == 0]
+        order = []
+        while ready:
+            if strategy == "dfs":
+                v = ready.pop()
+            elif strategy == "bfs":
+                v = ready.pop(0)
+            else:
+                j = max(range(len(ready)), key=lambda x: inst.acc[ready[x]])
+                v = ready.pop(j)
+            order.append(v)
+            for w in inst.succs[v]:
+                indeg[w] -= 1
+                if indeg[w] == 0:
+                    ready.append(w)
+        orders.append(order)
+    return orders
+
+
+def solve(workload: Workload, linear_only: bool = False,
+          ideal_limit: int = lattice.DEFAULT_IDEAL_LIMIT) -> Plan:
+    """Max-load DP over ideals (or over one topological order, ``linear_only``)."""
+    start = time.perf_counter()
+    inst = build_instance(workload)
+    k, l, mem = workload.num_accelerators, workload.num_cpus, workload.accelerator_memory
+    best: DPResult | None = None
+    for order in topological_orders(inst):
+        res = run(inst, lattice.chain(order), k, l, mem)
+        if best is None or res.value < best.value:
+            best = res
+    ub = best.value
+    details = {"linearized_value": ub if np.isfinite(ub) else None}
+    if not linear_only:
+        lat = lattice.enumerate_ideals(inst.preds, inst.succs, limit=ideal_limit)
+        full = run(inst, lat, k, l, mem, upper_bound=ub)
+        if full.value <= ub or not np.isfinite(ub):
+            best = full
+        details.update(ideals=full.ideals, pairs_evaluated=full.pairs)
+    method = "dp_linear" if linear_only else "dp"
+    if not np.isfinite(best.value):
+        return Plan("throughput", method, "infeasible", None, {}, seconds=time.perf_counter() - start,
+                    details=details)
+    assignment, stages = _assignment(workload, inst, best.parts)
+    scored = evaluate.max_load(workload, assignment).value
+    if abs(scored - best.value) > 1e-6 * max(1.0, abs(scored)):
+        raise SolveError(f"internal error: DP value {best.value} but the evaluator scores the plan {scored}")
+    problems = evaluate.check(workload, assignment, contiguity="ideal_chain")
+    if problems:
+        raise SolveError("internal error: DP plan is invalid: " + problems[0])
+    status = "feasible" if linear_only else "optimal"
+    bound = None if linear_only else scored
+    return Plan("throughput", method, status, scored, assignment, lower_bound=bound,
+                gap=None if linear_only else 0.0, seconds=time.perf_counter() - start, stages=stages,
+                details={**details, "contiguous": True, "dp_value": best.value})
+
+
+def _assignment(workload: Workload, inst: DPInstance, parts) -> tuple[dict[int, str], list[str]]:
+    c = inst.contracted
+    members = c.members
+    counters = {"acc": 0, "cpu": 0}
+    assignment: dict[int, str] = {}
+    stages = []
+    for kind_name, items in parts:
+        name = f"{kind_name}{counters[kind_name]}"
+        counters[kind_name] += 1
+        stages.append(name)
+        for it in items:
+            for s in (inst.item_super[it], inst.item_partner[it]):
+                if s >= 0:
+                    for node in members[s]:
+                        assignment[int(workload.ids[node])] = name
+    return assignment, stages

@@ -1,0 +1,263 @@
+"""The one judge of every plan: pure functions of (Workload, assignment).
+
+* :func:`max_load` -- time per sample of a pipelined split (throughput objective).  A CPU
+  core's load is the sum of its nodes' CPU latencies.  An accelerator's load is the sum of
+  its nodes' accelerator latencies plus ``c(u)`` once for every tensor ``u`` it sends or
+  receives: a tensor is charged once per device, not once per edge.
+* :func:`latency` -- single-stream latency in the paper's model: CPU nodes run with
+  unbounded parallelism; each contiguous piece of an accelerator is one call (all inputs
+  arrive, it computes, all outputs leave).
+* :func:`check` -- the list of violations: memory, support, colour classes, device
+  counts, contiguity and cycles between parts.
+
+Nothing here knows which solver made the assignment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SplitError
+from ..workload import Workload
+
+
+@dataclass(frozen=True)
+class Score:
+    value: float
+    loads: dict[str, float]  # device name -> load (max-load) or finish time (latency)
+
+
+def device_array(workload: Workload, assignment: dict[int, str]) -> np.ndarray:
+    """node index -> device index; raises SplitError on unknown nodes/devices or gaps."""
+    dev = np.full(workload.n, -1, dtype=np.int64)
+    for nid, name in assignment.items():
+        i = workload.index.get(int(nid))
+        if i is None:
+            raise SplitError(f"node {nid} is not in the workload")
+        d = workload.device_index.get(name)
+        if d is None:
+            names = ", ".join(x.name for x in workload.devices)
+            raise SplitError(f"node {nid}: unknown device '{name}' (devices: {names})")
+        dev[i] = d
+    missing = np.flatnonzero(dev < 0)
+    if missing.size:
+        raise SplitError(f"node {workload.nodes[missing[0]].id} has no device "
+                         f"({missing.size} nodes unplaced)")
+    return dev
+
+
+def communication(workload: Workload, dev: np.ndarray) -> np.ndarray:
+    """Per-device communication time: c(u) once per device sending or receiving tensor u."""
+    comm = np.zeros(len(workload.devices))
+    src, dst = workload.edge_src, workload.edge_dst
+    cut = dev[src] != dev[dst]
+    if not cut.any():
+        return comm
+    s, d = src[cut], dev[dst[cut]]
+    senders = np.unique(s)
+    np.add.at(comm, dev[senders], workload.out_cost[senders])
+    pairs = np.unique(s * len(workload.devices) + d)
+    np.add.at(comm, pairs % len(workload.devices), workload.out_cost[pairs // len(workload.devices)])
+    return comm
+
+
+def max_load(workload: Workload, assignment: dict[int, str]) -> Score:
+    dev = device_array(workload, assignment)
+    k = workload.num_accelerators
+    compute = np.zeros(len(workload.devices))
+    on_acc = dev < k
+    np.add.at(compute, dev[on_acc], workload.acc_latency[on_acc])
+    np.add.at(compute, dev[~on_acc], workload.cpu_latency[~on_acc])
+    load = compute + communication(workload, dev) * (np.arange(len(workload.devices)) < k)
+    loads = {d.name: float(load[d.index]) for d in workload.devices}
+    return Score(float(load.max(initial=0.0)), loads)
+
+
+def accelerator_pieces(workload: Workload, dev: np.ndarray) -> np.ndarray:
+    """Split each accelerator's nodes into contiguous pieces (the reference's rule).
+
+    piece(v) = 1 + the number of times a path into v has left v's device, maximised over
+    paths; pieces of one device are convex and their contraction is acyclic.  A split that
+    is already contiguous per device keeps one piece per device.  Returns the piece number
+    (1-based) per node; 0 for CPU nodes.
+    """
+    k = workload.num_accelerators
+    piece = np.zeros(workload.n, dtype=np.int64)
+    order = workload.topological_order
+    preds = workload.predecessors
+    for d in np.unique(dev[dev < k]):
+        label = np.zeros(workload.n, dtype=np.int64)
+        for v in order:
+            inside = dev[v] == d
+            best = 1 if inside else 0
+            for u in preds[v]:
+                best = max(best, label[u] + (1 if inside and dev[u] != d else 0))
+            label[v] = best
+        members = dev == d
+        piece[members] = label[members]
+    return piece
+
+
+def latency(workload: Workload, assignment: dict[int, str]) -> Score:
+    """Single-stream latency; each accelerator piece is one call (see module docstring)."""
+    dev = device_array(workload, assignment)
+    k = workload.num_accelerators
+    piece = accelerator_pieces(workload, dev)
+    # Blocks: each CPU node alone, each (accelerator, piece) together.
+    block_key = np.where(dev < k, dev * (workload.n + 1) + piece, -1 - np.arange(workload.n))
+    _, block = np.unique(block_key, return_inverse=True)
+    nblocks = int(block.max()) + 1
+    members: list[list[int]] = [[] for _ in range(nblocks)]
+    for v in range(workload.n):
+        members[block[v]].append(v)
+    block_succ: list[set[int]] = [set() for _ in range(nblocks)]
+    for s, t in zip(workload.edge_src, workload.edge_dst):
+        if block[s] != block[t]:
+            block_succ[block[s]].add(int(block[t]))
+    from ..workload import _kahn
+
+    order = _kahn(nblocks, block_succ)
+    if order is None:  # cannot happen: pieces are built acyclic
+        raise SplitError("the pieces of the split form a cycle")
+    finish = np.zeros(workload.n)
+    preds, succs, cost = workload.predecessors, workload.successors, workload.out_cost
+    for b in order:
+        nodes = members[b]
+        first = nodes[0]
+        if dev[first] >= k:  # a CPU node
+            start = max((finish[u] for u in preds[first]), default=0.0)
+            finish[first] = start + workload.cpu_latency[first]
+            continue
+        inside = set(nodes)
+        senders = {u for v in nodes for u in preds[v] if u not in inside}
+        start = max((finish[u] for u in senders), default=0.0)
+        incoming = sum(cost[u] for u in senders)
+        outgoing = sum(cost[u] for u in nodes if any(w not in inside for w in succs[u]))
+        compute = float(workload.acc_latency[nodes].sum())
+        finish[nodes] = start + incoming + compute + outgoing
+    per_device = {d.name: 0.0 for d in workload.devices}
+    for v in range(workload.n):
+        name = workload.devices[dev[v]].name
+        per_device[name] = max(per_device[name], float(finish[v]))
+    return Score(float(finish.max(initial=0.0)), per_device)
+
+
+def score(workload: Workload, assignment: dict[int, str], objective: str) -> Score:
+    if objective == "throughput":
+        return max_load(workload, assignment)
+    if objective == "latency":
+        return latency(workload, assignment)
+    raise ValueError(f"unknown objective {objective!r}")
+
+
+# ---- validity ------------------------------------------------------------------------------
+
+CONTIGUITY = ("none", "convex", "ideal_chain")
+
+
+def check(workload: Workload, assignment: dict[int, str], contiguity: str = "none",
+          acyclic: bool = False) -> list[str]:
+    """Every violation of the split, as readable lines (empty: valid).
+
+    Always: every node placed on a known device, accelerator memory, accelerator support,
+    colour classes.  ``contiguity="convex"``: every part is convex (no path leaves a part
+    and comes back).  ``contiguity="ideal_chain"``: the forward parts form a chain of
+    ideals (a linear pipeline), which is what the DP produces.  ``acyclic``: no cycle
+    between parts, separately within the forward and within the backward graph (training
+    pipelines run forward one way and backward the other).
+    """
+    try:
+        dev = device_array(workload, assignment)
+    except SplitError as e:
+        return [str(e)]
+    out: list[str] = []
+    k = workload.num_accelerators
+    ids = workload.ids
+    on_acc = dev < k
+    for d in workload.devices[:k]:
+        used = float(workload.size[dev == d.index].sum())
+        if used > workload.accelerator_memory * (1 + 1e-12):
+            over = used - workload.accelerator_memory
+            out.append(f"memory: {d.name} holds {used:.6g} bytes, over its {workload.accelerator_memory:.6g} "
+                       f"by {over:.6g}")
+    bad = np.flatnonzero(on_acc & ~workload.supported)
+    for i in bad[:10]:
+        out.append(f"support: node {ids[i]} is not supported on accelerators but is on "
+                   f"{workload.devices[dev[i]].name}")
+    if bad.size > 10:
+        out.append(f"support: ... and {bad.size - 10} more unsupported nodes on accelerators")
+    classes = workload.color_class
+    seen: dict[int, int] = {}
+    for i in range(workload.n):
+        c = int(classes[i])
+        if c in seen and dev[seen[c]] != dev[i]:
+            out.append(f"colour class: nodes {ids[seen[c]]} and {ids[i]} share a colour class but run on "
+                       f"{workload.devices[dev[seen[c]]].name} and {workload.devices[dev[i]].name}")
+        seen.setdefault(c, i)
+    if contiguity not in CONTIGUITY:
+        raise ValueError(f"contiguity must be one of {CONTIGUITY}")
+    if contiguity == "convex":
+        for mask in _passes(workload):
+            out += _convexity_problems(workload, dev, mask)
+    elif contiguity == "ideal_chain":
+        cyc = _part_cycle(workload, dev, ~workload.backward)
+        if cyc:
+            out.append("contiguity: the forward parts are not a chain of ideals; they form a cycle "
+                       + " -> ".join(workload.devices[d].name for d in cyc))
+    if acyclic:
+        for mask, label in zip(_passes(workload), ("forward", "backward")):
+            cyc = _part_cycle(workload, dev, mask)
+            if cyc:
+                out.append(f"cycle between parts in the {label} graph: "
+                           + " -> ".join(workload.devices[d].name for d in cyc))
+    return out
+
+
+def _passes(workload: Workload) -> list[np.ndarray]:
+    """Node masks judged separately: the forward graph, then (training) the backward graph.
+
+    A training part holds forward and backward nodes; the pipeline runs forward one way and
+    backward the other, so contiguity and cycles are judged within each pass.
+    """
+    if not workload.is_training:
+        return [np.ones(workload.n, dtype=bool)]
+    return [~workload.backward, workload.backward.copy()]
+
+
+def _convexity_problems(workload: Workload, dev: np.ndarray, mask: np.ndarray) -> list[str]:
+    """A part is convex when no path (within ``mask``) leaves it and re-enters it."""
+    out = []
+    succ = workload.successors
+    for d in np.unique(dev[mask]):
+        inside = (dev == d) & mask
+        # nodes reachable from the part by a path that has left it
+        frontier = [w for v in np.flatnonzero(inside) for w in succ[v] if mask[w] and not inside[w]]
+        seen = np.zeros(workload.n, dtype=bool)
+        while frontier:
+            w = frontier.pop()
+            if seen[w]:
+                continue
+            seen[w] = True
+            if inside[w]:
+                out.append(f"contiguity: part {workload.devices[d].name} is not convex: a path leaves it "
+                           f"and comes back at node {workload.ids[w]}")
+                break
+            frontier.extend(x for x in succ[w] if mask[x])
+    return out
+
+
+def _part_cycle(workload: Workload, dev: np.ndarray, mask: np.ndarray) -> list[int] | None:
+    """A cycle of devices in the quotient graph of the nodes in ``mask``, or None."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    for s, t in zip(workload.edge_src, workload.edge_dst):
+        if mask[s] and mask[t] and dev[s] != dev[t]:
+            g.add_edge(int(dev[s]), int(dev[t]))
+    try:
+        cycle = nx.find_cycle(g)
+    except nx.NetworkXNoCycle:
+        return None
+    return [u for u, _ in cycle]

@@ -1,0 +1,97 @@
+"""The lattice of ideals (predecessor-closed sets) of a DAG, as arrays the DP walks.
+
+Ideals are numbered in breadth-first order from the empty set, so every ideal's subsets
+have smaller numbers.  ``down`` edges link an ideal to the ideals one element smaller
+(remove one maximal element): following them from ``I`` reaches exactly the sub-ideals of
+``I``.  A :func:`chain` lattice (the prefixes of one topological order) has the same shape,
+so the DP runs unchanged on it to give the "linearized" upper bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SolveError
+
+DEFAULT_IDEAL_LIMIT = 3_000_000
+
+
+@dataclass(frozen=True)
+class Lattice:
+    masks: list[int]  # ideal number -> bitset of its elements
+    down_ptr: np.ndarray  # CSR over ideals
+    down_ideal: np.ndarray  # the smaller ideal
+    down_item: np.ndarray  # the element removed to get there
+
+    @property
+    def size(self) -> int:
+        return len(self.masks)
+
+    @property
+    def full(self) -> int:
+        return self.size - 1
+
+    def prefix_sums(self, weights: np.ndarray) -> np.ndarray:
+        """sum of ``weights`` over each ideal, built along the lattice (exact order-free)."""
+        out = np.zeros(self.size)
+        # every ideal > 0 has at least one down edge; the first one is its BFS parent
+        first = self.down_ptr[:-1]
+        for i in range(1, self.size):
+            p = first[i]
+            out[i] = out[self.down_ideal[p]] + weights[self.down_item[p]]
+        return out
+
+
+def enumerate_ideals(preds: list[list[int]], succs: list[list[int]], limit: int = DEFAULT_IDEAL_LIMIT) -> Lattice:
+    n = len(preds)
+    pred_mask = [0] * n
+    for v in range(n):
+        for p in preds[v]:
+            pred_mask[v] |= 1 << p
+    masks = [0]
+    id_of = {0: 0}
+    addable: list[list[int] | None] = [[v for v in range(n) if pred_mask[v] == 0]]
+    down: list[list[tuple[int, int]]] = [[]]
+    i = 0
+    while i < len(masks):
+        mask = masks[i]
+        adds = addable[i]
+        addable[i] = None
+        for v in adds:
+            child = mask | (1 << v)
+            j = id_of.get(child)
+            if j is None:
+                j = len(masks)
+                if j >= limit:
+                    raise SolveError(f"the graph has over {limit:,} ideals: too many for the exact DP "
+                                     f"(use --method dp_linear or an integer program)")
+                id_of[child] = j
+                masks.append(child)
+                nxt = [x for x in adds if x != v]
+                nxt += [w for w in succs[v] if pred_mask[w] & ~child == 0]
+                addable.append(nxt)
+                down.append([])
+            down[j].append((i, v))
+        i += 1
+    return _pack(masks, down)
+
+
+def chain(order: list[int]) -> Lattice:
+    """The prefixes of one topological order: a lattice whose pairs are contiguous ranges."""
+    masks = [0]
+    down: list[list[tuple[int, int]]] = [[]]
+    for pos, v in enumerate(order):
+        masks.append(masks[-1] | (1 << v))
+        down.append([(pos, v)])
+    return _pack(masks, down)
+
+
+def _pack(masks: list[int], down: list[list[tuple[int, int]]]) -> Lattice:
+    ptr = np.zeros(len(masks) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(d) for d in down])
+    flat = [e for d in down for e in d]
+    ideal = np.array([e[0] for e in flat], dtype=np.int64)
+    item = np.array([e[1] for e in flat], dtype=np.int64)
+    return Lattice(masks, ptr, ideal, item)

@@ -1,0 +1,201 @@
+"""Preprocessing passes that turn a Workload into the instance the max-load DP runs on.
+
+The DP places *forward* supernodes along a chain of ideals and carries each one's backward
+partner along.  Matching the paper's optima needs the reference's passes, in its order:
+
+1. :func:`contract_color_classes` -- the forward nodes of a colour class become one
+   supernode, its backward nodes another.
+2. :func:`add_orphan_standins` -- a backward class without forward nodes gets a zero-cost
+   forward stand-in, tied in by edges that mirror its backward edges.
+3. :func:`fuse_forward_sccs` -- classes on a cycle of the forward graph (the stand-ins'
+   mirrored edges can make one) are fused, then contracted again.
+4. :func:`merge_zero_latency` -- a zero-latency forward supernode with exactly one forward
+   neighbour, no backward neighbour and no backward work joins that neighbour's class.
+
+Each pass is a pure function ``Contracted -> Contracted``.  Costs are never changed: the
+DP still charges every original tensor by its original edges (see ``dp.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+
+from ..errors import SolveError
+from ..workload import Workload
+
+ZERO = 1e-6  # the reference's threshold for "zero latency"
+
+
+@dataclass(frozen=True)
+class Contracted:
+    """Original nodes grouped into supernodes, plus order-only (artificial) edges."""
+
+    workload: Workload
+    group: np.ndarray  # original node index -> supernode index
+    backward: np.ndarray  # per supernode
+    label: np.ndarray  # colour-class label per supernode
+    artificial: frozenset = frozenset()  # (a, b) supernode edges that carry no tensor
+
+    @property
+    def size(self) -> int:
+        return len(self.backward)
+
+    def _sum(self, values) -> np.ndarray:
+        return np.bincount(self.group, weights=values, minlength=self.size)
+
+    @cached_property
+    def acc_latency(self) -> np.ndarray:
+        return self._sum(self.workload.acc_latency)
+
+    @cached_property
+    def cpu_latency(self) -> np.ndarray:
+        return self._sum(self.workload.cpu_latency)
+
+    @cached_property
+    def mem_size(self) -> np.ndarray:
+        return self._sum(self.workload.size)
+
+    @cached_property
+    def unsupported(self) -> np.ndarray:
+        """Number of members that cannot run on an accelerator."""
+        return self._sum((~self.workload.supported).astype(np.float64)).round().astype(np.int64)
+
+    @cached_property
+    def true_edges(self) -> frozenset:
+        w = self.workload
+        a, b = self.group[w.edge_src], self.group[w.edge_dst]
+        keep = a != b
+        return frozenset(zip(a[keep].tolist(), b[keep].tolist()))
+
+    @cached_property
+    def members(self) -> list[np.ndarray]:
+        order = np.argsort(self.group, kind="stable")
+        cuts = np.searchsorted(self.group[order], np.arange(self.size + 1))
+        return [order[cuts[i]:cuts[i + 1]] for i in range(self.size)]
+
+
+def initial(workload: Workload) -> Contracted:
+    return Contracted(
+        workload=workload,
+        group=np.arange(workload.n),
+        backward=workload.backward.copy(),
+        label=workload.color_class.copy(),
+    )
+
+
+def contract_color_classes(c: Contracted) -> Contracted:
+    """Merge supernodes with equal (colour class, forward/backward)."""
+    keys = c.label * 2 + c.backward.astype(np.int64)
+    uniq, new_of_old = np.unique(keys, return_inverse=True)
+    artificial = frozenset((int(new_of_old[a]), int(new_of_old[b])) for a, b in c.artificial
+                           if new_of_old[a] != new_of_old[b])
+    return Contracted(
+        workload=c.workload,
+        group=new_of_old[c.group],
+        backward=(uniq % 2).astype(bool),
+        label=uniq // 2,
+        artificial=artificial,
+    )
+
+
+def add_orphan_standins(c: Contracted) -> Contracted:
+    """Give each forward-less backward class a zero-cost forward stand-in (mirrored edges).
+
+    Runs on a contracted instance (at most one forward and one backward supernode per class).
+    """
+    forward_of = {int(c.label[i]): i for i in range(c.size) if not c.backward[i]}
+    orphans = [i for i in range(c.size) if c.backward[i] and int(c.label[i]) not in forward_of]
+    if not orphans:
+        return c
+    backward = list(c.backward)
+    label = list(c.label)
+    for i in orphans:
+        forward_of[int(c.label[i])] = len(backward)
+        backward.append(False)
+        label.append(int(c.label[i]))
+    orphan = set(orphans)
+    artificial = set(c.artificial)
+    for u, v in c.true_edges | c.artificial:
+        if c.backward[u] and c.backward[v] and (u in orphan or v in orphan):
+            artificial.add((forward_of[int(c.label[v])], forward_of[int(c.label[u])]))
+    return Contracted(c.workload, c.group, np.array(backward, dtype=bool), np.array(label, dtype=np.int64),
+                      frozenset(artificial))
+
+
+def fuse_forward_sccs(c: Contracted) -> Contracted:
+    """Fuse the colour classes of every strongly connected forward component, then contract."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_nodes_from(i for i in range(c.size) if not c.backward[i])
+    g.add_edges_from((a, b) for a, b in c.true_edges | c.artificial if not c.backward[a] and not c.backward[b])
+    relabel = {}
+    for comp in nx.strongly_connected_components(g):
+        if len(comp) > 1:
+            target = min(int(c.label[i]) for i in comp)
+            for i in comp:
+                relabel[int(c.label[i])] = target
+    if not relabel:
+        return contract_color_classes(c)
+    label = np.array([_find(relabel, int(x)) for x in c.label], dtype=np.int64)
+    return contract_color_classes(replace(c, label=label))
+
+
+def _find(parent: dict, x: int) -> int:
+    while parent.get(x, x) != x:
+        x = parent[x]
+    return x
+
+
+def merge_zero_latency(c: Contracted) -> Contracted:
+    """Repeatedly merge a zero-latency forward supernode into its only forward neighbour.
+
+    Conditions (the reference's): both latencies below 1e-6, no edge to or from a backward
+    supernode, exactly one edge (true or order-only) to or from forward supernodes, and no
+    backward work in its class.
+    """
+    while True:
+        target = _zero_latency_candidate(c)
+        if target is None:
+            return c
+        node, neighbour = target
+        label = c.label.copy()
+        label[label == label[node]] = label[neighbour]
+        c = contract_color_classes(replace(c, label=label))
+
+
+def _zero_latency_candidate(c: Contracted) -> tuple[int, int] | None:
+    fwd_nbrs: list[list[int]] = [[] for _ in range(c.size)]
+    has_bwd_nbr = np.zeros(c.size, dtype=bool)
+    for edges in (c.true_edges, c.artificial):
+        for a, b in edges:
+            for x, y in ((a, b), (b, a)):
+                if c.backward[y]:
+                    has_bwd_nbr[x] = True
+                else:
+                    fwd_nbrs[x].append(y)
+    bwd_work: dict[int, float] = {}
+    for i in np.flatnonzero(c.backward):
+        lab = int(c.label[i])
+        bwd_work[lab] = bwd_work.get(lab, 0.0) + c.cpu_latency[i] + c.acc_latency[i]
+    for i in range(c.size):
+        if (not c.backward[i] and c.cpu_latency[i] < ZERO and c.acc_latency[i] < ZERO
+                and not has_bwd_nbr[i] and len(fwd_nbrs[i]) == 1
+                and bwd_work.get(int(c.label[i]), 0.0) < ZERO):
+            return i, fwd_nbrs[i][0]
+    return None
+
+
+def for_dp(workload: Workload) -> Contracted:
+    """All passes, in the reference's order; checks what the DP relies on."""
+    c = contract_color_classes(initial(workload))
+    c = add_orphan_standins(c)
+    c = fuse_forward_sccs(c)
+    c = merge_zero_latency(c)
+    labels_fwd = {int(c.label[i]) for i in range(c.size) if not c.backward[i]}
+    if any(int(c.label[i]) not in labels_fwd for i in range(c.size) if c.backward[i]):
+        raise SolveError("a backward colour class still has no forward partner after preprocessing")
+    return c

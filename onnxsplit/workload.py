@@ -1,0 +1,419 @@
+"""The computational model every solver optimises, and the paper's JSON format.
+
+A :class:`Workload` is a DAG of nodes, each with a latency on a CPU core and on an
+accelerator, a memory size, an accelerator-support flag, a forward/backward flag and an
+optional colour class (nodes of one class must share a device).  Every edge ``u -> w``
+carries the transfer cost ``c(u)`` of u's output tensor, a property of the source node.
+Devices are ``k`` identical accelerators with memory ``M`` each (``acc0`` .. ``acc{k-1}``)
+and ``l`` CPU cores (``cpu0`` .. ``cpu{l-1}``) that run everything and have no memory limit.
+
+The reader/writer round-trips the format of Tarnawski et al.'s code package exactly
+(see ``../shared/paper-workloads/FORMAT.md``): unknown keys are kept, flags keep their
+0/1-or-bool spelling.  Solvers see only this object, never ONNX.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from .errors import WorkloadError
+
+_NODE_KEYS = ("id", "supportedOnFpga", "cpuLatency", "fpgaLatency", "isBackwardNode")
+_EDGE_KEYS = ("sourceId", "destId", "cost")
+_TOP_KEYS = ("maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges")
+_MODELLED_NODE_KEYS = set(_NODE_KEYS) | {"colorClass", "size", "name"}
+_MODELLED_EDGE_KEYS = set(_EDGE_KEYS)
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    cpu_latency: float
+    acc_latency: float
+    supported: bool = True
+    backward: bool = False
+    color_class: int | None = None
+    size: float | None = None  # None: absent in the file (means 0)
+    name: str | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: int
+    dest: int
+    cost: float
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    kind: str  # "acc" or "cpu"
+    index: int  # position in Workload.devices
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Nodes, edges and devices; derived arrays are computed once, on first use."""
+
+    nodes: tuple[Node, ...]
+    edges: tuple[Edge, ...]
+    num_accelerators: int
+    num_cpus: int
+    accelerator_memory: float
+    extra: dict = field(default_factory=dict, compare=False)
+    int_flags: bool = field(default=True, compare=False)  # spell flags 0/1 when writing
+
+    # ---- construction -------------------------------------------------------------
+    def __post_init__(self):
+        problems = self.problems()
+        if problems:
+            more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+            raise WorkloadError(problems[0] + more)
+
+    @classmethod
+    def from_paper_json(cls, source: str | Path | dict) -> "Workload":
+        """Read the paper's JSON (a path or an already parsed dict)."""
+        if isinstance(source, dict):
+            data, where = source, "workload"
+        else:
+            where = str(source)
+            try:
+                text = Path(source).read_text()
+            except OSError as e:
+                raise WorkloadError(f"{where}: cannot read: {e.strerror or e}") from None
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise WorkloadError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        try:
+            return _parse(data)
+        except WorkloadError as e:
+            raise WorkloadError(f"{where}: {e}") from None
+
+    def to_paper_json(self) -> dict:
+        flag = (lambda b: int(b)) if self.int_flags else (lambda b: bool(b))
+        nodes = []
+        for n in self.nodes:
+            d: dict[str, Any] = {}
+            if n.name is not None:
+                d["name"] = n.name
+            d["id"] = n.id
+            d["supportedOnFpga"] = flag(n.supported)
+            d["cpuLatency"] = n.cpu_latency
+            d["fpgaLatency"] = n.acc_latency
+            d["isBackwardNode"] = flag(n.backward)
+            if n.color_class is not None:
+                d["colorClass"] = n.color_class
+            if n.size is not None:
+                d["size"] = n.size
+            d.update(n.extra)
+            nodes.append(d)
+        edges = []
+        for e in self.edges:
+            d = {"sourceId": e.source, "destId": e.dest, "cost": e.cost}
+            d.update(e.extra)
+            edges.append(d)
+        out = {
+            "maxSizePerFPGA": self.accelerator_memory,
+            "maxFPGAs": self.num_accelerators,
+            "maxCPUs": self.num_cpus,
+            "nodes": nodes,
+            "edges": edges,
+        }
+        out.update(self.extra)
+        return out
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_paper_json(), indent=1) + "\n")
+
+    def replace(self, **changes) -> "Workload":
+        """A copy with some fields changed (e.g. ``num_accelerators``)."""
+        import dataclasses
+
+        return dataclasses.replace(self, **changes)
+
+    # ---- validation -------------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """Every problem found, each naming the offending node, edge or field."""
+        out: list[str] = []
+        if self.num_accelerators < 0 or self.num_cpus < 0:
+            out.append("maxFPGAs and maxCPUs must be >= 0")
+        if self.num_accelerators + self.num_cpus == 0:
+            out.append("no devices: maxFPGAs + maxCPUs is 0")
+        if not _finite_nonneg(self.accelerator_memory):
+            out.append(f"maxSizePerFPGA must be a finite number >= 0, got {self.accelerator_memory!r}")
+        seen: set[int] = set()
+        for n in self.nodes:
+            if n.id in seen:
+                out.append(f"node {n.id}: duplicate id")
+            seen.add(n.id)
+            for label, value in (("cpuLatency", n.cpu_latency), ("fpgaLatency", n.acc_latency),
+                                 ("size", n.size or 0.0)):
+                if not _finite_nonneg(value):
+                    out.append(f"node {n.id}: {label} must be a finite number >= 0, got {value!r}")
+        backward = {n.id: n.backward for n in self.nodes}
+        cost_of: dict[int, float] = {}
+        for e in self.edges:
+            where = f"edge {e.source}->{e.dest}"
+            for end in (e.source, e.dest):
+                if end not in seen:
+                    out.append(f"{where}: unknown node id {end}")
+            if e.source == e.dest:
+                out.append(f"{where}: self-loop")
+            if not _finite_nonneg(e.cost):
+                out.append(f"{where}: cost must be a finite number >= 0, got {e.cost!r}")
+            elif e.source in cost_of and abs(cost_of[e.source] - e.cost) > 1e-6 * max(1.0, abs(e.cost)):
+                out.append(f"{where}: cost {e.cost} differs from another out-edge of node {e.source} "
+                           f"(cost {cost_of[e.source]}); a cost belongs to the source's tensor")
+            else:
+                cost_of.setdefault(e.source, e.cost)
+            if backward.get(e.source) and backward.get(e.dest) is False:
+                out.append(f"{where}: backward node {e.source} feeds forward node {e.dest}")
+        if not out:
+            cycle = _find_cycle(self.nodes, self.edges)
+            if cycle:
+                out.append("the graph has a cycle: " + " -> ".join(map(str, cycle + cycle[:1])))
+        return out
+
+    # ---- devices ------------------------------------------------------------------------
+    @cached_property
+    def devices(self) -> tuple[Device, ...]:
+        accs = [Device(f"acc{i}", "acc", i) for i in range(self.num_accelerators)]
+        cpus = [Device(f"cpu{i}", "cpu", self.num_accelerators + i) for i in range(self.num_cpus)]
+        return tuple(accs + cpus)
+
+    @cached_property
+    def device_index(self) -> dict[str, int]:
+        return {d.name: d.index for d in self.devices}
+
+    def is_accelerator(self, device_index: int) -> bool:
+        return device_index < self.num_accelerators
+
+    # ---- derived arrays (indices 0..n-1 follow self.nodes) -------------------------------
+    @property
+    def n(self) -> int:
+        return len(self.nodes)
+
+    @cached_property
+    def index(self) -> dict[int, int]:
+        return {nd.id: i for i, nd in enumerate(self.nodes)}
+
+    @cached_property
+    def ids(self) -> np.ndarray:
+        return np.array([nd.id for nd in self.nodes], dtype=np.int64)
+
+    @cached_property
+    def cpu_latency(self) -> np.ndarray:
+        return np.array([nd.cpu_latency for nd in self.nodes], dtype=np.float64)
+
+    @cached_property
+    def acc_latency(self) -> np.ndarray:
+        return np.array([nd.acc_latency for nd in self.nodes], dtype=np.float64)
+
+    @cached_property
+    def size(self) -> np.ndarray:
+        return np.array([nd.size or 0.0 for nd in self.nodes], dtype=np.float64)
+
+    @cached_property
+    def supported(self) -> np.ndarray:
+        return np.array([nd.supported for nd in self.nodes], dtype=bool)
+
+    @cached_property
+    def backward(self) -> np.ndarray:
+        return np.array([nd.backward for nd in self.nodes], dtype=bool)
+
+    @cached_property
+    def color_class(self) -> np.ndarray:
+        """A class label per node; nodes without a class get a label of their own."""
+        labels: dict[Any, int] = {}
+        out = np.empty(self.n, dtype=np.int64)
+        for i, nd in enumerate(self.nodes):
+            key = ("c", nd.color_class) if nd.color_class is not None else ("n", nd.id)
+            out[i] = labels.setdefault(key, len(labels))
+        return out
+
+    @cached_property
+    def edge_src(self) -> np.ndarray:
+        return np.array([self.index[e.source] for e in self.edges], dtype=np.int64)
+
+    @cached_property
+    def edge_dst(self) -> np.ndarray:
+        return np.array([self.index[e.dest] for e in self.edges], dtype=np.int64)
+
+    @cached_property
+    def out_cost(self) -> np.ndarray:
+        """c(u): transfer cost of node u's output tensor (0 for nodes without out-edges)."""
+        out = np.zeros(self.n, dtype=np.float64)
+        for e, s in zip(self.edges, self.edge_src):
+            out[s] = e.cost
+        return out
+
+    @cached_property
+    def successors(self) -> tuple[tuple[int, ...], ...]:
+        succ: list[list[int]] = [[] for _ in range(self.n)]
+        for s, d in zip(self.edge_src, self.edge_dst):
+            succ[s].append(int(d))
+        return tuple(tuple(dict.fromkeys(x)) for x in succ)
+
+    @cached_property
+    def predecessors(self) -> tuple[tuple[int, ...], ...]:
+        pred: list[list[int]] = [[] for _ in range(self.n)]
+        for s, d in zip(self.edge_src, self.edge_dst):
+            pred[d].append(int(s))
+        return tuple(tuple(dict.fromkeys(x)) for x in pred)
+
+    @cached_property
+    def topological_order(self) -> tuple[int, ...]:
+        order = _kahn(self.n, self.successors)
+        assert order is not None  # validated acyclic in __post_init__
+        return tuple(order)
+
+    @property
+    def is_training(self) -> bool:
+        return bool(self.backward.any())
+
+
+# ---- parsing helpers -------------------------------------------------------------------
+
+def _finite_nonneg(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def _need(d: dict, key: str, where: str):
+    if key not in d:
+        raise WorkloadError(f"{where}: missing field '{key}'")
+    return d[key]
+
+
+def _number(d: dict, key: str, where: str, default=None) -> float:
+    if key not in d and default is not None:
+        return default
+    v = _need(d, key, where)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise WorkloadError(f"{where}: field '{key}' must be a number, got {v!r}")
+    return float(v)
+
+
+def _integer(d: dict, key: str, where: str) -> int:
+    v = _need(d, key, where)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+        raise WorkloadError(f"{where}: field '{key}' must be an integer, got {v!r}")
+    return int(v)
+
+
+def _flag(d: dict, key: str, where: str) -> tuple[bool, bool]:
+    """Returns (value, spelled_as_int)."""
+    v = _need(d, key, where)
+    if isinstance(v, bool):
+        return v, False
+    if isinstance(v, (int, float)) and v in (0, 1):
+        return bool(v), True
+    raise WorkloadError(f"{where}: field '{key}' must be a bool or 0/1, got {v!r}")
+
+
+def _parse(data: Any) -> Workload:
+    if not isinstance(data, dict):
+        raise WorkloadError("top level must be a JSON object")
+    for key in _TOP_KEYS:
+        _need(data, key, "workload")
+    if not isinstance(data["nodes"], list) or not isinstance(data["edges"], list):
+        raise WorkloadError("'nodes' and 'edges' must be lists")
+    int_flags: set[bool] = set()
+    nodes = []
+    for pos, raw in enumerate(data["nodes"]):
+        if not isinstance(raw, dict):
+            raise WorkloadError(f"node #{pos}: must be an object")
+        nid = _integer(raw, "id", f"node #{pos}")
+        where = f"node {nid}"
+        supported, a = _flag(raw, "supportedOnFpga", where)
+        backward, b = _flag(raw, "isBackwardNode", where)
+        int_flags.update((a, b))
+        cc = raw.get("colorClass")
+        if cc is not None:
+            cc = _integer(raw, "colorClass", where)
+        size = _number(raw, "size", where) if "size" in raw else None
+        nodes.append(Node(
+            id=nid,
+            cpu_latency=_number(raw, "cpuLatency", where),
+            acc_latency=_number(raw, "fpgaLatency", where),
+            supported=supported,
+            backward=backward,
+            color_class=cc,
+            size=size,
+            name=raw.get("name"),
+            extra={k: v for k, v in raw.items() if k not in _MODELLED_NODE_KEYS},
+        ))
+    edges = []
+    for pos, raw in enumerate(data["edges"]):
+        if not isinstance(raw, dict):
+            raise WorkloadError(f"edge #{pos}: must be an object")
+        where = f"edge #{pos}"
+        src = _integer(raw, "sourceId", where)
+        dst = _integer(raw, "destId", where)
+        edges.append(Edge(src, dst, _number(raw, "cost", f"edge {src}->{dst}"),
+                          extra={k: v for k, v in raw.items() if k not in _MODELLED_EDGE_KEYS}))
+    return Workload(
+        nodes=tuple(nodes),
+        edges=tuple(edges),
+        num_accelerators=_integer(data, "maxFPGAs", "workload"),
+        num_cpus=_integer(data, "maxCPUs", "workload"),
+        accelerator_memory=_number(data, "maxSizePerFPGA", "workload"),
+        extra={k: v for k, v in data.items() if k not in _TOP_KEYS},
+        int_flags=(True in int_flags) or not int_flags,
+    )
+
+
+def _kahn(n: int, succ: Iterable[Iterable[int]]) -> list[int] | None:
+    succ = list(succ)
+    indeg = [0] * n
+    for s in succ:
+        for d in s:
+            indeg[d] += 1
+    stack = [v for v in range(n) if indeg[v] == 0]
+    order = []
+    while stack:
+        v = stack.pop()
+        order.append(v)
+        for d in succ[v]:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                stack.append(d)
+    return order if len(order) == n else None
+
+
+def _find_cycle(nodes, edges) -> list[int] | None:
+    """Node ids along one cycle, or None for a DAG."""
+    index = {nd.id: i for i, nd in enumerate(nodes)}
+    succ: list[list[int]] = [[] for _ in nodes]
+    for e in edges:
+        succ[index[e.source]].append(index[e.dest])
+    if _kahn(len(nodes), succ) is not None:
+        return None
+    color = [0] * len(nodes)  # 0 new, 1 on stack, 2 done
+    for root in range(len(nodes)):
+        if color[root]:
+            continue
+        path, iters = [root], [iter(succ[root])]
+        color[root] = 1
+        while path:
+            nxt = next(iters[-1], None)
+            if nxt is None:
+                color[path.pop()] = 2
+                iters.pop()
+            elif color[nxt] == 1:
+                cyc = path[path.index(nxt):]
+                return [nodes[i].id for i in cyc]
+            elif color[nxt] == 0:
+                color[nxt] = 1
+                path.append(nxt)
+                iters.append(iter(succ[nxt]))
+    return None
