@@ -14,8 +14,10 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(BIN)/onnxsplit solve $(DEMO_WORKLOAD) --objective throughput --method dp
-	$(BIN)/onnxsplit solve $(DEMO_WORKLOAD) --objective latency --method dp
+	$(BIN)/onnxsplit solve $(DEMO_WORKLOAD) --objective throughput --method dp -o $(VENV)/demo_plan.json
+	@echo
+	@echo "The same plan, scored for single-stream latency:"
+	$(BIN)/onnxsplit evaluate $(DEMO_WORKLOAD) $(VENV)/demo_plan.json --objective latency
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest

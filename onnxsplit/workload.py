@@ -43,6 +43,8 @@ class Node:
     size: float | None = None  # None: absent in the file (means 0)
     name: str | None = None
     extra: dict = field(default_factory=dict, compare=False)
+    # how the file spelled supportedOnFpga / isBackwardNode: True = 0/1, False = true/false
+    int_flags: tuple[bool, bool] = field(default=(True, True), compare=False)
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,6 @@ class Workload:
     num_cpus: int
     accelerator_memory: float
     extra: dict = field(default_factory=dict, compare=False)
-    int_flags: bool = field(default=True, compare=False)  # spell flags 0/1 when writing
 
     # ---- construction -------------------------------------------------------------
     def __post_init__(self):
@@ -100,17 +101,19 @@ class Workload:
             raise WorkloadError(f"{where}: {e}") from None
 
     def to_paper_json(self) -> dict:
-        flag = (lambda b: int(b)) if self.int_flags else (lambda b: bool(b))
+        def flag(value: bool, as_int: bool):
+            return int(value) if as_int else bool(value)
+
         nodes = []
         for n in self.nodes:
             d: dict[str, Any] = {}
             if n.name is not None:
                 d["name"] = n.name
             d["id"] = n.id
-            d["supportedOnFpga"] = flag(n.supported)
+            d["supportedOnFpga"] = flag(n.supported, n.int_flags[0])
             d["cpuLatency"] = n.cpu_latency
             d["fpgaLatency"] = n.acc_latency
-            d["isBackwardNode"] = flag(n.backward)
+            d["isBackwardNode"] = flag(n.backward, n.int_flags[1])
             if n.color_class is not None:
                 d["colorClass"] = n.color_class
             if n.size is not None:
@@ -300,7 +303,7 @@ def _number(d: dict, key: str, where: str, default=None) -> float:
     v = _need(d, key, where)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise WorkloadError(f"{where}: field '{key}' must be a number, got {v!r}")
-    return float(v)
+    return v  # kept as written (int or float) so that the file round-trips exactly
 
 
 def _integer(d: dict, key: str, where: str) -> int:
@@ -327,7 +330,6 @@ def _parse(data: Any) -> Workload:
         _need(data, key, "workload")
     if not isinstance(data["nodes"], list) or not isinstance(data["edges"], list):
         raise WorkloadError("'nodes' and 'edges' must be lists")
-    int_flags: set[bool] = set()
     nodes = []
     for pos, raw in enumerate(data["nodes"]):
         if not isinstance(raw, dict):
@@ -336,7 +338,6 @@ def _parse(data: Any) -> Workload:
         where = f"node {nid}"
         supported, a = _flag(raw, "supportedOnFpga", where)
         backward, b = _flag(raw, "isBackwardNode", where)
-        int_flags.update((a, b))
         cc = raw.get("colorClass")
         if cc is not None:
             cc = _integer(raw, "colorClass", where)
@@ -351,6 +352,7 @@ def _parse(data: Any) -> Workload:
             size=size,
             name=raw.get("name"),
             extra={k: v for k, v in raw.items() if k not in _MODELLED_NODE_KEYS},
+            int_flags=(a, b),
         ))
     edges = []
     for pos, raw in enumerate(data["edges"]):
@@ -368,7 +370,6 @@ def _parse(data: Any) -> Workload:
         num_cpus=_integer(data, "maxCPUs", "workload"),
         accelerator_memory=_number(data, "maxSizePerFPGA", "workload"),
         extra={k: v for k, v in data.items() if k not in _TOP_KEYS},
-        int_flags=(True in int_flags) or not int_flags,
     )
 
 

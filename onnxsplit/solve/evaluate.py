@@ -100,27 +100,55 @@ def accelerator_pieces(workload: Workload, dev: np.ndarray) -> np.ndarray:
     return piece
 
 
-def latency(workload: Workload, assignment: dict[int, str]) -> Score:
-    """Single-stream latency; each accelerator piece is one call (see module docstring)."""
-    dev = device_array(workload, assignment)
+def switch_pieces(workload: Workload, dev: np.ndarray) -> np.ndarray:
+    """Pieces that are always schedulable: a new piece at every device switch on a path.
+
+    piece(v) = max over predecessors u of piece(u) + [u on another device].  Along every
+    edge the piece number grows or the edge stays inside one piece, so pieces of all
+    devices together contract to a DAG.  Used when the per-device rule leaves a cycle
+    between pieces of different accelerators.
+    """
+    label = np.ones(workload.n, dtype=np.int64)
+    preds = workload.predecessors
+    for v in workload.topological_order:
+        for u in preds[v]:
+            label[v] = max(label[v], label[u] + (1 if dev[u] != dev[v] else 0))
+    return np.where(dev < workload.num_accelerators, label, 0)
+
+
+def _blocks(workload: Workload, dev: np.ndarray, piece: np.ndarray):
+    """Group nodes into calls: each CPU node alone, each (accelerator, piece) together.
+
+    Returns (block of each node, members of each block, blocks in topological order or
+    None when the blocks form a cycle)."""
+    from ..workload import _kahn
+
     k = workload.num_accelerators
-    piece = accelerator_pieces(workload, dev)
-    # Blocks: each CPU node alone, each (accelerator, piece) together.
-    block_key = np.where(dev < k, dev * (workload.n + 1) + piece, -1 - np.arange(workload.n))
-    _, block = np.unique(block_key, return_inverse=True)
+    key = np.where(dev < k, dev * (workload.n + 1) + piece, -1 - np.arange(workload.n))
+    _, block = np.unique(key, return_inverse=True)
     nblocks = int(block.max()) + 1
     members: list[list[int]] = [[] for _ in range(nblocks)]
     for v in range(workload.n):
         members[block[v]].append(v)
-    block_succ: list[set[int]] = [set() for _ in range(nblocks)]
+    succ: list[set[int]] = [set() for _ in range(nblocks)]
     for s, t in zip(workload.edge_src, workload.edge_dst):
         if block[s] != block[t]:
-            block_succ[block[s]].add(int(block[t]))
-    from ..workload import _kahn
+            succ[block[s]].add(int(block[t]))
+    return block, members, _kahn(nblocks, succ)
 
-    order = _kahn(nblocks, block_succ)
-    if order is None:  # cannot happen: pieces are built acyclic
-        raise SplitError("the pieces of the split form a cycle")
+
+def latency(workload: Workload, assignment: dict[int, str]) -> Score:
+    """Single-stream latency; each accelerator piece is one call (see module docstring).
+
+    Pieces follow the reference's per-device rule (:func:`accelerator_pieces`); where those
+    pieces wait on each other across accelerators (no order can run them), every device
+    switch starts a new piece instead (:func:`switch_pieces`).
+    """
+    dev = device_array(workload, assignment)
+    k = workload.num_accelerators
+    block, members, order = _blocks(workload, dev, accelerator_pieces(workload, dev))
+    if order is None:
+        block, members, order = _blocks(workload, dev, switch_pieces(workload, dev))
     finish = np.zeros(workload.n)
     preds, succs, cost = workload.predecessors, workload.successors, workload.out_cost
     for b in order:

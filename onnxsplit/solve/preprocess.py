@@ -10,7 +10,7 @@ partner along.  Matching the paper's optima needs the reference's passes, in its
 3. :func:`fuse_forward_sccs` -- classes on a cycle of the forward graph (the stand-ins'
    mirrored edges can make one) are fused, then contracted again.
 4. :func:`merge_zero_latency` -- a zero-latency forward supernode with exactly one forward
-   neighbour, no backward neighbour and no backward work joins that neighbour's class.
+   neighbour joins that neighbour's class, where that provably cannot raise the optimum.
 
 Each pass is a pure function ``Contracted -> Contracted``.  Costs are never changed: the
 DP still charges every original tensor by its original edges (see ``dp.py``).
@@ -153,12 +153,20 @@ def _find(parent: dict, x: int) -> int:
 def merge_zero_latency(c: Contracted) -> Contracted:
     """Repeatedly merge a zero-latency forward supernode into its only forward neighbour.
 
-    Conditions (the reference's): both latencies below 1e-6, no edge to or from a backward
+    The reference's conditions: both latencies below 1e-6, no edge to or from a backward
     supernode, exactly one edge (true or order-only) to or from forward supernodes, and no
-    backward work in its class.
+    backward work in its class.  Moving such a node (with its zero-work backward partner)
+    next to its neighbour never raises a load and keeps a chain of ideals a chain --
+    provided it may go wherever the neighbour goes.  The reference merges regardless, and
+    so can force a node that is accelerator-unsupported or holds memory, and with it the
+    neighbour, off the accelerators.  Here a merge also needs: the backward partner touches
+    nothing outside the two classes, and the merged nodes run on accelerators and hold no
+    memory -- or memory can never bind (all sizes together fit one accelerator), or the
+    neighbour's class is CPU-only anyway.
     """
+    never_binds = float(c.workload.size.sum()) <= c.workload.accelerator_memory
     while True:
-        target = _zero_latency_candidate(c)
+        target = _zero_latency_candidate(c, never_binds)
         if target is None:
             return c
         node, neighbour = target
@@ -167,25 +175,41 @@ def merge_zero_latency(c: Contracted) -> Contracted:
         c = contract_color_classes(replace(c, label=label))
 
 
-def _zero_latency_candidate(c: Contracted) -> tuple[int, int] | None:
+def _zero_latency_candidate(c: Contracted, never_binds: bool) -> tuple[int, int] | None:
     fwd_nbrs: list[list[int]] = [[] for _ in range(c.size)]
+    all_nbrs: list[set[int]] = [set() for _ in range(c.size)]
     has_bwd_nbr = np.zeros(c.size, dtype=bool)
     for edges in (c.true_edges, c.artificial):
         for a, b in edges:
             for x, y in ((a, b), (b, a)):
+                all_nbrs[x].add(y)
                 if c.backward[y]:
                     has_bwd_nbr[x] = True
                 else:
                     fwd_nbrs[x].append(y)
-    bwd_work: dict[int, float] = {}
-    for i in np.flatnonzero(c.backward):
-        lab = int(c.label[i])
-        bwd_work[lab] = bwd_work.get(lab, 0.0) + c.cpu_latency[i] + c.acc_latency[i]
+    partner = {int(c.label[i]): i for i in np.flatnonzero(c.backward)}
     for i in range(c.size):
-        if (not c.backward[i] and c.cpu_latency[i] < ZERO and c.acc_latency[i] < ZERO
-                and not has_bwd_nbr[i] and len(fwd_nbrs[i]) == 1
-                and bwd_work.get(int(c.label[i]), 0.0) < ZERO):
-            return i, fwd_nbrs[i][0]
+        if c.backward[i] or c.cpu_latency[i] >= ZERO or c.acc_latency[i] >= ZERO:
+            continue
+        if has_bwd_nbr[i] or len(fwd_nbrs[i]) != 1:
+            continue
+        m = fwd_nbrs[i][0]
+        group = [i]
+        b = partner.get(int(c.label[i]))
+        if b is not None:
+            if c.cpu_latency[b] + c.acc_latency[b] >= ZERO:
+                continue
+            if not all_nbrs[b] <= {i, m, partner.get(int(c.label[m]), -1)}:
+                continue
+            group.append(b)
+        m_group = [m] + ([partner[int(c.label[m])]] if int(c.label[m]) in partner else [])
+        cpu_only = any(c.unsupported[x] > 0 for x in m_group)
+        if not cpu_only:
+            if any(c.unsupported[x] > 0 for x in group):
+                continue
+            if not never_binds and any(c.mem_size[x] > 0 for x in group):
+                continue
+        return i, m
     return None
 
 

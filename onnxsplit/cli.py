@@ -1,0 +1,148 @@
+"""Command line: argument parsing and printing only; the work is done by onnxsplit.api.
+
+Heavy modules (numpy, numba, the solvers) are imported inside the commands, so ``--help``
+is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+DESCRIPTION = """\
+Place a neural network's operators across devices (accelerators and CPU cores) to
+maximise pipelined throughput or minimise single-stream latency, following Tarnawski et
+al., "Efficient Algorithms for Device Placement of DNN Graph Operators" (NeurIPS 2020).
+
+A workload is the paper's JSON format: a DAG of nodes with CPU and accelerator
+latencies, memory sizes and colour classes, edges with transfer costs, and the number of
+accelerators (with their memory) and CPU cores.
+"""
+
+EPILOG = """\
+examples:
+  onnxsplit solve workload.json                       optimal contiguous pipeline (DP)
+  onnxsplit solve workload.json --json                the same, as one JSON object
+  onnxsplit evaluate workload.json split.json         score a split (e.g. a human expert's)
+  onnxsplit evaluate workload.json split.json --objective latency
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="onnxsplit", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    out = argparse.ArgumentParser(add_help=False)
+    out.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+    s = sub.add_parser("solve", parents=[out], help="find a placement for a workload",
+                       description="Find a placement (node -> device) for a workload and print it.")
+    s.add_argument("workload", help="workload JSON (the paper's format)")
+    s.add_argument("--objective", default="throughput", choices=["throughput", "latency"],
+                   help="throughput: minimise the max load of any device (pipelined); "
+                        "latency: minimise one sample's end-to-end time (default: throughput)")
+    s.add_argument("--method", default="dp", choices=["dp", "dp_linear"],
+                   help="dp: exact DP over ideals (optimal contiguous pipeline); "
+                        "dp_linear: the same DP along a few topological orders (fast upper bound)")
+    s.add_argument("-o", "--output", metavar="PLAN.json", help="also write the plan (the JSON object) here")
+
+    e = sub.add_parser("evaluate", parents=[out], help="score a given split",
+                       description="Score a split file (paper format or a plan's JSON) and list its violations.")
+    e.add_argument("workload", help="workload JSON (the paper's format)")
+    e.add_argument("split", help='split JSON: {"fpgas": [{"nodes": [...]}], "cpus": [...]} or a plan')
+    e.add_argument("--objective", default="throughput", choices=["throughput", "latency"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return 2
+    from .errors import OnnxsplitError
+
+    try:
+        return {"solve": _solve, "evaluate": _evaluate}[args.command](args)
+    except OnnxsplitError as e:
+        print(f"onnxsplit: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("onnxsplit: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
+
+
+def _solve(args) -> int:
+    from . import api
+
+    workload = api.load_workload(args.workload)
+    plan = api.solve(workload, objective=args.objective, method=args.method)
+    obj = plan.to_json()
+    if args.output:
+        from pathlib import Path
+
+        Path(args.output).write_text(json.dumps(obj, indent=1) + "\n")
+    if args.json:
+        print(json.dumps(obj))
+    else:
+        _print_plan(workload, plan)
+    return 0 if plan.status != "infeasible" else 1
+
+
+def _print_plan(workload, plan) -> None:
+    from .solve import evaluate
+
+    print(f"{plan.objective} by {plan.method}: {plan.status}", end="")
+    if plan.value is None:
+        print(" (no placement satisfies memory, support and colour classes)")
+        return
+    unit = "time per sample" if plan.objective == "throughput" else "latency"
+    print(f", {unit} {plan.value:.6g}", end="")
+    if plan.gap is not None:
+        print(f", gap {plan.gap:.2%}", end="")
+    print(f"  ({plan.seconds:.2f} s)")
+    loads = evaluate.max_load(workload, plan.assignment).loads
+    counts: dict[str, int] = {}
+    for dev in plan.assignment.values():
+        counts[dev] = counts.get(dev, 0) + 1
+    order = plan.stages or sorted(counts)
+    print(f"  {'stage':>5}  {'device':<7} {'nodes':>6} {'load':>12}")
+    for i, dev in enumerate(order):
+        print(f"  {i:>5}  {dev:<7} {counts.get(dev, 0):>6} {loads[dev]:>12.6g}")
+    idle = [d.name for d in workload.devices if d.name not in counts]
+    if idle:
+        print(f"  unused: {', '.join(idle)}")
+    single = evaluate.max_load(workload, {nid: "acc0" for nid in plan.assignment}).value \
+        if workload.num_accelerators and workload.supported.all() else None
+    if single is not None and plan.value > 0:
+        print(f"  one accelerator alone: {single:.6g} ({single / plan.value:.2f}x slower)")
+
+
+def _evaluate(args) -> int:
+    from . import api
+
+    workload = api.load_workload(args.workload)
+    assignment = api.read_split_file(args.split, workload)
+    result = api.evaluate_split(workload, assignment, args.objective)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    label = "max load (time per sample)" if args.objective == "throughput" else "latency"
+    print(f"{label}: {result['value']:.6g}")
+    for dev, load in result["loads"].items():
+        print(f"  {dev:<7} {load:>12.6g}")
+    if result["violations"]:
+        print("violations:")
+        for v in result["violations"]:
+            print(f"  - {v}")
+    else:
+        print("valid: memory, support and colour classes respected")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
