@@ -13,6 +13,7 @@ METHODS = {
     # method -> objectives it optimises
     "dp": ("throughput",),
     "dp_linear": ("throughput",),
+    "ip": ("throughput",),
 }
 
 
@@ -20,8 +21,15 @@ def load_workload(path: str | Path) -> Workload:
     return Workload.from_paper_json(path)
 
 
-def solve(workload: Workload, objective: str = "throughput", method: str = "dp") -> Plan:
-    """Place every node; the returned plan has been re-scored and checked by the evaluator."""
+def solve(workload: Workload, objective: str = "throughput", method: str = "dp", *,
+          contiguous: bool = False, split_passes: bool = False, time_limit: float = 60.0,
+          solver: str = "highs", warm_start: bool = True) -> Plan:
+    """Place every node; the returned plan has been re-scored and checked by the evaluator.
+
+    ``ip`` options: ``contiguous`` (every device's forward part convex), ``split_passes``
+    (training: minimise max forward load + max backward load), ``time_limit`` seconds,
+    ``solver`` (highs | cbc), ``warm_start`` from the DP's plan.
+    """
     if objective not in OBJECTIVES:
         raise OnnxsplitError(f"unknown objective '{objective}' (choose from {', '.join(OBJECTIVES)})")
     if method not in METHODS:
@@ -32,7 +40,16 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp")
         raise OnnxsplitError(f"method '{method}' does not optimise {objective} ({hint})")
     from .solve import dp
 
-    return dp.solve(workload, linear_only=(method == "dp_linear"))
+    if method in ("dp", "dp_linear"):
+        return dp.solve(workload, linear_only=(method == "dp_linear"))
+    from .solve import ip
+
+    start = None
+    if warm_start and not split_passes:
+        seed = dp.solve(workload, linear_only=workload.n > 2000)
+        start = seed.assignment or None
+    return ip.solve_throughput(workload, contiguous=contiguous, split_passes=split_passes,
+                               time_limit=time_limit, solver=solver, warm_start=start)
 
 
 def evaluate_split(workload: Workload, assignment: dict[int, str], objective: str = "throughput") -> dict:

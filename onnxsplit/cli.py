@@ -43,9 +43,18 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--objective", default="throughput", choices=["throughput", "latency"],
                    help="throughput: minimise the max load of any device (pipelined); "
                         "latency: minimise one sample's end-to-end time (default: throughput)")
-    s.add_argument("--method", default="dp", choices=["dp", "dp_linear"],
+    s.add_argument("--method", default="dp", choices=["dp", "dp_linear", "ip"],
                    help="dp: exact DP over ideals (optimal contiguous pipeline); "
-                        "dp_linear: the same DP along a few topological orders (fast upper bound)")
+                        "dp_linear: the same DP along a few topological orders (fast upper bound); "
+                        "ip: integer program (non-contiguous unless --contiguous), with a proven bound")
+    ipg = s.add_argument_group("integer program options (--method ip)")
+    ipg.add_argument("--contiguous", action="store_true", help="every device's forward part is convex")
+    ipg.add_argument("--split-passes", action="store_true",
+                     help="training: minimise max forward load + max backward load")
+    ipg.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                     help="seconds; the best plan found and its proven lower bound are returned (default 60)")
+    ipg.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MIP backend (default highs)")
+    ipg.add_argument("--no-warm-start", action="store_true", help="do not start from the DP's plan")
     s.add_argument("-o", "--output", metavar="PLAN.json", help="also write the plan (the JSON object) here")
 
     e = sub.add_parser("evaluate", parents=[out], help="score a given split",
@@ -80,7 +89,9 @@ def _solve(args) -> int:
     from . import api
 
     workload = api.load_workload(args.workload)
-    plan = api.solve(workload, objective=args.objective, method=args.method)
+    plan = api.solve(workload, objective=args.objective, method=args.method, contiguous=args.contiguous,
+                     split_passes=args.split_passes, time_limit=args.time_limit, solver=args.solver,
+                     warm_start=not args.no_warm_start)
     obj = plan.to_json()
     if args.output:
         from pathlib import Path

@@ -48,11 +48,15 @@ def device_array(workload: Workload, assignment: dict[int, str]) -> np.ndarray:
     return dev
 
 
-def communication(workload: Workload, dev: np.ndarray) -> np.ndarray:
-    """Per-device communication time: c(u) once per device sending or receiving tensor u."""
+def communication(workload: Workload, dev: np.ndarray, sources: np.ndarray | None = None) -> np.ndarray:
+    """Per-device communication time: c(u) once per device sending or receiving tensor u.
+
+    ``sources``: a node mask; only tensors produced by those nodes are counted."""
     comm = np.zeros(len(workload.devices))
     src, dst = workload.edge_src, workload.edge_dst
     cut = dev[src] != dev[dst]
+    if sources is not None:
+        cut &= sources[src]
     if not cut.any():
         return comm
     s, d = src[cut], dev[dst[cut]]
@@ -63,16 +67,29 @@ def communication(workload: Workload, dev: np.ndarray) -> np.ndarray:
     return comm
 
 
-def max_load(workload: Workload, assignment: dict[int, str]) -> Score:
-    dev = device_array(workload, assignment)
+def _loads(workload: Workload, dev: np.ndarray, mask: np.ndarray | None = None) -> dict[str, float]:
+    """Compute + communication per device, over the nodes (and tensors) in ``mask``."""
     k = workload.num_accelerators
+    nodes = np.ones(workload.n, dtype=bool) if mask is None else mask
     compute = np.zeros(len(workload.devices))
     on_acc = dev < k
-    np.add.at(compute, dev[on_acc], workload.acc_latency[on_acc])
-    np.add.at(compute, dev[~on_acc], workload.cpu_latency[~on_acc])
-    load = compute + communication(workload, dev) * (np.arange(len(workload.devices)) < k)
-    loads = {d.name: float(load[d.index]) for d in workload.devices}
-    return Score(float(load.max(initial=0.0)), loads)
+    np.add.at(compute, dev[on_acc & nodes], workload.acc_latency[on_acc & nodes])
+    np.add.at(compute, dev[~on_acc & nodes], workload.cpu_latency[~on_acc & nodes])
+    load = compute + communication(workload, dev, mask) * (np.arange(len(workload.devices)) < k)
+    return {d.name: float(load[d.index]) for d in workload.devices}
+
+
+def max_load(workload: Workload, assignment: dict[int, str]) -> Score:
+    loads = _loads(workload, device_array(workload, assignment))
+    return Score(max(loads.values(), default=0.0), loads)
+
+
+def pass_loads(workload: Workload, assignment: dict[int, str], backward: bool) -> dict[str, float]:
+    """Loads of the forward (or backward) pass alone: its nodes and the tensors they produce.
+
+    For the training objective max forward load + max backward load."""
+    mask = workload.backward if backward else ~workload.backward
+    return _loads(workload, device_array(workload, assignment), mask)
 
 
 def accelerator_pieces(workload: Workload, dev: np.ndarray) -> np.ndarray:

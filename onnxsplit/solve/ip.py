@@ -1,0 +1,263 @@
+"""Integer program for max-load (throughput), on python-mip with HiGHS (CBC selectable).
+
+The model follows the paper's IP (Section 5): x[g, d] = 1 when colour class g runs on
+device d; a tensor's transfer cost is paid by an accelerator that holds some but not all
+of {its producer, its consumers} (a hypergraph cut, one y[h, d] per tensor and device);
+every load <= T; minimise T.  Optionally every device's part is convex
+(``contiguous``), and for training the alternative objective max forward load + max
+backward load (``split_passes``).
+
+What makes it tractable on open-source solvers, none of it changing the optimum:
+
+* **presolve** -- colour classes become one variable per device; tensors with the same
+  set of classes (and pass) are one hyperedge; classes that cannot run on accelerators
+  get no accelerator variables;
+* **symmetry breaking** -- identical accelerators (and identical CPU cores) are ordered:
+  class i may use device d only if device d-1 holds a class before i;
+* **warm start** -- the DP's plan (or any plan), relabelled to fit that order;
+* **a time limit** that returns the best plan found with the solver's proven lower bound.
+
+The plan returned is re-scored by the evaluator; its value is the evaluator's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import OnnxsplitError, SolveError
+from ..plan import Plan, gap_of
+from ..workload import Workload
+from . import evaluate
+
+SOLVERS = ("highs", "cbc")
+
+
+@dataclass(frozen=True)
+class Classes:
+    """Colour classes as the IP's units, in topological order of their first node."""
+
+    of_node: np.ndarray  # node index -> class index
+    acc_fwd: np.ndarray
+    acc_bwd: np.ndarray
+    cpu_fwd: np.ndarray
+    cpu_bwd: np.ndarray
+    size: np.ndarray
+    supported: np.ndarray
+    hyper: list[tuple[int, tuple[int, ...], float, bool]]  # (source class, members, weight, backward)
+
+    @property
+    def n(self) -> int:
+        return len(self.size)
+
+
+def build_classes(w: Workload) -> Classes:
+    order_pos = np.empty(w.n, dtype=np.int64)
+    order_pos[list(w.topological_order)] = np.arange(w.n)
+    first: dict[int, int] = {}
+    for v in w.topological_order:
+        first.setdefault(int(w.color_class[v]), len(first))
+    of_node = np.array([first[int(c)] for c in w.color_class], dtype=np.int64)
+    n = len(first)
+    bwd = w.backward
+
+    def total(values, mask):
+        return np.bincount(of_node[mask], weights=values[mask], minlength=n)
+
+    merged: dict[tuple, float] = {}
+    consumers: dict[int, set[int]] = {}
+    for s, d in zip(w.edge_src, w.edge_dst):
+        consumers.setdefault(int(s), set()).add(int(of_node[d]))
+    for u, cls in consumers.items():
+        src = int(of_node[u])
+        members = tuple(sorted(cls | {src}))
+        if len(members) > 1 and w.out_cost[u] > 0:
+            key = (src, members, bool(bwd[u]))
+            merged[key] = merged.get(key, 0.0) + float(w.out_cost[u])
+    return Classes(
+        of_node=of_node,
+        acc_fwd=total(w.acc_latency, ~bwd), acc_bwd=total(w.acc_latency, bwd),
+        cpu_fwd=total(w.cpu_latency, ~bwd), cpu_bwd=total(w.cpu_latency, bwd),
+        size=np.bincount(of_node, weights=w.size, minlength=n),
+        supported=np.bincount(of_node, weights=(~w.supported).astype(float), minlength=n) == 0,
+        hyper=[(s, m, wt, b) for (s, m, b), wt in merged.items()],
+    )
+
+
+def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: bool = False,
+                     time_limit: float = 60.0, solver: str = "highs", warm_start: dict[int, str] | None = None,
+                     gap: float = 0.01, threads: int | None = None, verbose: bool = False) -> Plan:
+    """Min max-load by integer programming; returns the best plan with its proven bound."""
+    import mip
+
+    if solver not in SOLVERS:
+        raise OnnxsplitError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
+    start = time.perf_counter()
+    cl = build_classes(w)
+    k, l = w.num_accelerators, w.num_cpus
+    accs, cpus = range(k), range(k, k + l)
+    model = mip.Model(sense=mip.MINIMIZE, solver_name=solver.upper() if solver == "cbc" else "highs")
+    model.verbose = int(verbose)
+    model.max_mip_gap = gap
+    if threads:
+        model.threads = threads
+
+    x: dict[tuple[int, int], mip.Var] = {}
+    for g in range(cl.n):
+        for d in list(cpus) + (list(accs) if cl.supported[g] else []):
+            x[g, d] = model.add_var(var_type=mip.BINARY)
+    for g in range(cl.n):
+        model += mip.xsum(x[g, d] for d in range(k + l) if (g, d) in x) == 1
+    for d in accs:
+        model += mip.xsum(cl.size[g] * x[g, d] for g in range(cl.n) if (g, d) in x) <= w.accelerator_memory
+    _break_symmetry(model, x, cl.n, accs)
+    _break_symmetry(model, x, cl.n, cpus)
+
+    def xv(g, d):
+        return x.get((g, d), 0)
+
+    # communication: y[h, d] >= |x[member, d] - x[source, d]| (only accelerators pay)
+    comm = {(d, b): [] for d in accs for b in (False, True)}
+    for src, members, weight, backward in cl.hyper:
+        for d in accs:
+            if all((m, d) not in x for m in members):
+                continue
+            y = model.add_var(lb=0.0, ub=1.0)
+            for m in members:
+                if m != src:
+                    model += y >= xv(m, d) - xv(src, d)
+                    model += y >= xv(src, d) - xv(m, d)
+            comm[d, backward].append(weight * y)
+
+    def load(d, backward: bool):
+        if d < k:
+            lat = cl.acc_bwd if backward else cl.acc_fwd
+            return mip.xsum(lat[g] * x[g, d] for g in range(cl.n) if (g, d) in x) + mip.xsum(comm[d, backward])
+        lat = cl.cpu_bwd if backward else cl.cpu_fwd
+        return mip.xsum(lat[g] * x[g, d] for g in range(cl.n))
+
+    T = model.add_var(lb=0.0)
+    if split_passes:
+        tf, tb = model.add_var(lb=0.0), model.add_var(lb=0.0)
+        for d in range(k + l):
+            model += tf >= load(d, False)
+            model += tb >= load(d, True)
+        model += T == tf + tb
+    else:
+        for d in range(k + l):
+            model += T >= load(d, False) + load(d, True)
+    if contiguous:
+        _add_contiguity(model, w, cl, x, k + l)
+    model.objective = T
+
+    if warm_start:
+        model.start = _start(cl, warm_start, w, x)
+    status = model.optimize(max_seconds=max(1.0, time_limit - (time.perf_counter() - start)))
+    bound = model.objective_bound if model.objective_bound is not None else None
+    seconds = time.perf_counter() - start
+    method = "ip_contiguous" if contiguous else "ip"
+    objective_label = "max fwd + max bwd" if split_passes else "max load"
+    if model.num_solutions == 0:
+        st = "infeasible" if status == mip.OptimizationStatus.INFEASIBLE else "time_limit"
+        return Plan("throughput", method, st, None, {}, lower_bound=_finite(bound), seconds=seconds,
+                    details={"solver": solver, "objective_form": objective_label})
+    assignment = _assignment(w, cl, x, k + l)
+    problems = evaluate.check(w, assignment, contiguity="convex" if contiguous else "none")
+    if problems:
+        raise SolveError(f"internal error: IP plan is invalid: {problems[0]}")
+    if split_passes:
+        value = _split_pass_value(w, assignment)
+    else:
+        value = evaluate.max_load(w, assignment).value
+    lb = _finite(bound)
+    if lb is not None:
+        lb = min(lb, value)
+    g = gap_of(value, lb)
+    if status == mip.OptimizationStatus.OPTIMAL:  # within the gap tolerance
+        label = "optimal" if g is not None and g <= 1e-6 else "feasible"
+    else:
+        label = "time_limit"
+    return Plan("throughput", method, label, value, assignment, lower_bound=lb, gap=g, seconds=seconds,
+                details={"solver": solver, "objective_form": objective_label,
+                         "ip_objective": model.objective_value, "classes": cl.n,
+                         "hyperedges": len(cl.hyper), "contiguous": contiguous})
+
+
+def _finite(v):
+    return float(v) if v is not None and np.isfinite(v) else None
+
+
+def _break_symmetry(model, x, n: int, devices: range) -> None:
+    """Identical devices in order: class g may use device d only if d-1 holds a class < g."""
+    import mip
+
+    devs = list(devices)
+    for i, d in enumerate(devs):
+        if i == 0:
+            continue
+        prev = devs[i - 1]
+        for g in range(n):
+            if (g, d) in x:
+                model += x[g, d] <= mip.xsum(x[h, prev] for h in range(g) if (h, prev) in x)
+
+
+def _add_contiguity(model, w: Workload, cl: Classes, x, ndev: int) -> None:
+    """Every device's part is convex within each pass (the paper's z formulation).
+
+    z[v, d] = 1 on v and on everything reachable from d's nodes; a node reached through a
+    path that left d may not be on d.  The reference constrains the forward pass only; a
+    training pipeline needs its backward parts convex too, so both passes are constrained.
+    """
+    for backward in ((False, True) if w.is_training else (False,)):
+        nodes = np.flatnonzero(w.backward == backward)
+        for d in range(ndev):
+            z = {v: model.add_var(lb=0.0, ub=1.0) for v in nodes}
+            xd = {v: x.get((int(cl.of_node[v]), d), 0) for v in nodes}
+            for v in nodes:
+                model += z[v] >= xd[v]
+            for s, t in zip(w.edge_src, w.edge_dst):
+                if w.backward[s] == backward and w.backward[t] == backward:
+                    model += z[t] <= z[s]
+                    # same class: x - x would be 0, but python-mip 2.0 builds "x - x" as -x
+                    # (duplicate terms overwrite), so the trivial constraint is left out
+                    if cl.of_node[s] != cl.of_node[t]:
+                        model += z[t] <= xd[t] - xd[s] + 1
+
+
+def _start(cl: Classes, assignment: dict[int, str], w: Workload, x) -> list:
+    """The warm start as x values, devices relabelled to satisfy the symmetry breaking."""
+    dev = evaluate.device_array(w, assignment)
+    cls_dev = np.full(cl.n, -1, dtype=np.int64)
+    cls_dev[cl.of_node] = dev
+    k = w.num_accelerators
+    relabel: dict[int, int] = {}
+    next_acc, next_cpu = 0, k
+    for g in range(cl.n):
+        d = int(cls_dev[g])
+        if d not in relabel:
+            if d < k:
+                relabel[d], next_acc = next_acc, next_acc + 1
+            else:
+                relabel[d], next_cpu = next_cpu, next_cpu + 1
+    out = []
+    for (g, d), var in x.items():
+        out.append((var, 1.0 if relabel[int(cls_dev[g])] == d else 0.0))
+    return out
+
+
+def _assignment(w: Workload, cl: Classes, x, ndev: int) -> dict[int, str]:
+    chosen = np.full(cl.n, -1, dtype=np.int64)
+    for (g, d), var in x.items():
+        if var.x is not None and var.x > 0.5:
+            chosen[g] = d
+    names = [dv.name for dv in w.devices]
+    return {int(w.ids[v]): names[chosen[cl.of_node[v]]] for v in range(w.n)}
+
+
+def _split_pass_value(w: Workload, assignment: dict[int, str]) -> float:
+    """max forward load + max backward load (the alternative training objective)."""
+    fw = evaluate.pass_loads(w, assignment, backward=False)
+    bw = evaluate.pass_loads(w, assignment, backward=True)
+    return max(fw.values(), default=0.0) + max(bw.values(), default=0.0)

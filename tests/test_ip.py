@@ -1,0 +1,112 @@
+"""The throughput IP against brute force on tiny workloads, and its plan's bookkeeping."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
+from onnxsplit.solve import dp, evaluate, ip
+from onnxsplit.workload import Workload
+
+SEEDS = range(40)
+
+
+def _brute(data, predicate=None):
+    best = None
+    for a in bf.class_assignments(data):
+        if predicate is not None and not predicate(data, a):
+            continue
+        val = bf.max_load(data, a)
+        best = val if best is None else min(best, val)
+    return best
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("training", [False, True])
+def test_noncontiguous_ip_matches_bruteforce(seed, training):
+    data = bf.random_workload(seed, training=training, n_range=(2, 5) if training else (2, 6))
+    w = Workload.from_paper_json(data)
+    plan = ip.solve_throughput(w, time_limit=30, gap=0.0)
+    best = _brute(data)
+    if best is None:
+        assert plan.status == "infeasible" and plan.value is None
+        return
+    assert plan.status == "optimal", plan
+    assert math.isclose(plan.value, best, rel_tol=1e-6, abs_tol=1e-9)
+    assert math.isclose(evaluate.max_load(w, plan.assignment).value, plan.value, rel_tol=1e-12)
+    assert evaluate.check(w, plan.assignment) == []
+    assert plan.lower_bound <= plan.value + 1e-9 and plan.gap <= 1e-6
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_contiguous_ip_matches_bruteforce(seed):
+    data = bf.random_workload(seed, training=seed % 2 == 1, n_range=(2, 5))
+    w = Workload.from_paper_json(data)
+    plan = ip.solve_throughput(w, contiguous=True, time_limit=30, gap=0.0)
+    best = _brute(data, bf.is_convex)
+    if best is None:
+        assert plan.status == "infeasible"
+        return
+    assert math.isclose(plan.value, best, rel_tol=1e-6, abs_tol=1e-9)
+    assert evaluate.check(w, plan.assignment, contiguity="convex") == []
+    # a chain of ideals is one kind of convex split: the DP can only be worse or equal
+    chain = dp.solve(w)
+    if chain.value is not None:
+        assert plan.value <= chain.value * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(1000, 1015))
+def test_split_passes_objective(seed):
+    """max forward load + max backward load: the IP's value is that objective, and optimal."""
+    data = bf.random_workload(seed, training=True, n_range=(2, 4))
+    w = Workload.from_paper_json(data)
+    plan = ip.solve_throughput(w, split_passes=True, time_limit=30, gap=0.0)
+    g = bf.view(data)
+    fwd = {v for v in g.ids if not g.bwd[v]}
+
+    def split_value(a):
+        def part(nodes):
+            # the pass's nodes and the tensors they produce
+            loads = {}
+            for d in g.devices:
+                mine = {v for v in nodes if a[v] == d}
+                lat = sum((g.acc if bf.is_acc(d) else g.cpu)[v] for v in mine)
+                comm = 0.0
+                if bf.is_acc(d):
+                    for u in nodes:
+                        outs = g.succs[u]
+                        if not outs:
+                            continue
+                        here = a[u] == d
+                        if (here and any(a[x] != d for x in outs)) or (not here and any(a[x] == d for x in outs)):
+                            comm += g.cost[u]
+                loads[d] = lat + comm
+            return max(loads.values())
+        return part(fwd) + part(set(g.ids) - fwd)
+
+    vals = [split_value(a) for a in bf.class_assignments(data)]
+    if not vals:
+        assert plan.status == "infeasible"
+        return
+    assert math.isclose(plan.value, min(vals), rel_tol=1e-6, abs_tol=1e-9)
+
+
+def test_warm_start_and_time_limit_return_a_plan():
+    data = bf.random_workload(7, n_range=(6, 7))
+    w = Workload.from_paper_json(data)
+    seed = dp.solve(w)
+    plan = ip.solve_throughput(w, warm_start=seed.assignment, time_limit=5)
+    assert plan.value is not None and plan.value <= seed.value * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", [3, 5, 8])
+def test_cbc_backend_agrees(seed):
+    data = bf.random_workload(seed, n_range=(4, 5))
+    w = Workload.from_paper_json(data)
+    a = ip.solve_throughput(w, solver="highs", gap=0.0, time_limit=30)
+    b = ip.solve_throughput(w, solver="cbc", gap=0.0, time_limit=30)
+    assert a.status == b.status
+    if a.value is not None:
+        assert a.value == pytest.approx(b.value, rel=1e-6)
