@@ -74,7 +74,7 @@ class OpGraph:
     input_shapes: Mapping[str, tuple[int, ...]]  # the binding the sizes hold for
     opsets: Mapping[str, int]
     ir_version: int
-    shapes_from: str  # "shape-inference" or "onnxruntime"
+    shapes_from: str  # "shape-inference", "onnxruntime-partial" or "onnxruntime"
 
     @classmethod
     def from_onnx(
@@ -335,7 +335,8 @@ def _import(path: Path, input_shapes, check_runtime: bool) -> OpGraph:
     order = _topological(names, deps)
 
     bound = shapes.bind_inputs(g, weight_set, input_shapes)
-    types, source = shapes.resolve(model, path.parent, bound, names,
+    reads = [list(n.input) + captured[i] for i, n in enumerate(g.node)]
+    types, source = shapes.resolve(model, path.parent, bound, names, reads,
                                    check_runtime=check_runtime)
 
     nodes = tuple(

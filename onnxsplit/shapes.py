@@ -276,17 +276,23 @@ def _session(model_bytes: bytes, base_dir: Path):
     return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
 
 
-def _random_feed(elem_type: int, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Random floats in [0, 1); integers and booleans are ones (a safe index, a live mask)."""
+def _feed(elem_type: int, shape: tuple[int, ...], weight: bool, rng: np.random.Generator):
+    """A stand-in value: random floats in [0, 1) for inputs, zeros for float weights (lazily
+    mapped zero pages: GBs of weights cost neither time nor memory), ones for integers and
+    booleans (a safe index, a live mask)."""
     np_type = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
     if elem_type == TensorProto.STRING:
         return np.full(shape, "a", dtype=object)
     if np.issubdtype(np_type, np.integer) or np_type == np.bool_:
         return np.ones(shape, dtype=np_type)
-    return rng.random(shape).astype(np_type)
+    if weight:
+        return np.zeros(shape, dtype=np_type)
+    return rng.random(shape, dtype=np.float32).astype(np_type)
 
 
 def _measured(value) -> TensorType:
+    if value is None:  # an empty optional
+        return TensorType("none", (), 0)
     if isinstance(value, list):  # a sequence output
         parts = [_measured(v) for v in value]
         inner = parts[0].dtype if parts else "unknown"
@@ -302,24 +308,33 @@ def resolve(
     base_dir: Path,
     bound: Mapping[str, tuple[int, ...]],
     node_names: list[str],
+    node_reads: list[list[str]],
     *,
     check_runtime: bool = True,
 ) -> tuple[dict[str, TensorType], str]:
     """Type of every node output of the top-level graph, and where the answer came from.
 
-    ``node_names`` are the importer's unique names, parallel to ``model.graph.node``, used
-    to name a node onnxruntime refuses.  Returns ``(types, "shape-inference" |
-    "onnxruntime")``.  Raises ModelError when onnxruntime cannot build or run the model.
+    ``node_names`` (the importer's unique names) and ``node_reads`` (every tensor each node
+    reads, captured ones included) are parallel to ``model.graph.node``.  Returns ``(types,
+    source)`` with source ``"shape-inference"``, ``"onnxruntime-partial"`` (the weight-free
+    part of the graph was run, inference did the rest) or ``"onnxruntime"`` (one run of the
+    whole model).  Raises ModelError when onnxruntime cannot build or run the model.
     """
     sk, feeds = skeleton(model, base_dir, bound, node_names)
     wanted = list(dict.fromkeys(o for n in model.graph.node for o in n.output if o))
     types = infer(sk)
+    source = "shape-inference"
+    if any(n not in types for n in wanted):
+        partial = _infer_after_partial_run(sk, feeds, bound, base_dir, node_reads, wanted)
+        if partial is not None:
+            types, source = partial, "onnxruntime-partial"
     missing = [n for n in wanted if n not in types]
     if not missing and not check_runtime:
-        return {n: types[n] for n in wanted}, "shape-inference"
+        return {n: types[n] for n in wanted}, source
 
+    ctx = (feeds, base_dir, wanted, missing, model, node_names, bound)
     try:
-        return _run(sk, feeds, base_dir, wanted, missing, types, model, node_names, bound)
+        measured = _run(sk, *ctx)
     except ModelError as skeleton_error:
         if skeleton_error.args[0].startswith("onnxruntime cannot run node"):
             raise
@@ -331,13 +346,68 @@ def resolve(
         for node, name in zip(full.graph.node, node_names):
             node.name = name
         try:
-            return _run(full, feeds, base_dir, wanted, missing, types, model, node_names, bound)
+            measured = _run(full, *ctx)
         except ModelError:
             raise skeleton_error from None
+    if measured is None:
+        return {n: types[n] for n in wanted}, source
+    return {n: measured[n] for n in wanted}, "onnxruntime"
 
 
-def _run(m, feeds, base_dir, wanted, missing, types, model, node_names, bound):
-    """Build a session for ``m`` (checks every operator); run it once if sizes are missing."""
+def _infer_after_partial_run(sk, feeds, bound, base_dir, node_reads, wanted):
+    """Types of all ``wanted`` tensors, or None if running the weight-free part is not enough.
+
+    What inference misses is mostly shape arithmetic on the inputs (Range, Shape, masks)
+    that reads no weight.  Running just those nodes and handing inference their values as
+    constants usually pins every shape down, without the cost of running the whole model.
+    """
+    tainted = {k for k in feeds if k not in bound}  # weights stood in for by inputs
+    changed = True
+    while changed:  # fixpoint: the file's node order need not be topological
+        changed = False
+        for i, (node, reads) in enumerate(zip(sk.graph.node, node_reads)):
+            outs = [o for o in node.output if o]
+            if outs and outs[0] not in tainted and any(r in tainted for r in reads):
+                tainted.update(outs)
+                changed = True
+    cheap = [i for i, n in enumerate(sk.graph.node) if not any(o in tainted for o in n.output)]
+    if not cheap or len(cheap) == len(sk.graph.node):
+        return None  # nothing cheap to run, or the cheap part is the whole model
+    cheap_out = [o for i in cheap for o in sk.graph.node[i].output if o]
+
+    sub = onnx.ModelProto()
+    sub.CopyFrom(sk)
+    del sub.graph.node[:], sub.graph.output[:], sub.graph.input[:]
+    sub.graph.node.extend(sk.graph.node[i] for i in cheap)
+    sub.graph.input.extend(v for v in sk.graph.input if v.name in bound)
+    for o in cheap_out:
+        sub.graph.output.add().name = o
+    rng = np.random.default_rng(0)
+    try:
+        sess = _session(sub.SerializeToString(), base_dir)
+        values = sess.run(cheap_out, {k: _feed(*feeds[k], False, rng) for k in bound})
+    except Exception:  # the whole-model run will tell what is wrong
+        return None
+    if not all(isinstance(v, np.ndarray) and v.dtype != object for v in values):
+        return None
+
+    rest = onnx.ModelProto()
+    rest.CopyFrom(sk)
+    keep = [n for i, n in enumerate(sk.graph.node) if i not in set(cheap)]
+    del rest.graph.node[:]
+    rest.graph.node.extend(keep)
+    rest.graph.initializer.extend(
+        onnx.numpy_helper.from_array(v, o) for o, v in zip(cheap_out, values))
+    types = infer(rest)
+    types.update((o, _measured(v)) for o, v in zip(cheap_out, values))
+    if any(n not in types for n in wanted):
+        return None
+    return types
+
+
+def _run(m, feeds, base_dir, wanted, missing, model, node_names, bound):
+    """Build a session for ``m`` (checks every operator); if sizes are missing, run it once
+    with every intermediate as an output and return what it measured."""
     shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in bound.items())
     given = f" with inputs {shapes}" if shapes else ""
     if missing:
@@ -353,11 +423,12 @@ def _run(m, feeds, base_dir, wanted, missing, types, model, node_names, bound):
             raise err from None
         raise ModelError(f"onnxruntime cannot load the model{given}: {_one_line(e)}") from None
     if not missing:
-        return {n: types[n] for n in wanted}, "shape-inference"
+        return None
 
     rng = np.random.default_rng(0)
     inputs = {i.name for i in sess.get_inputs()}
-    feed = {k: _random_feed(et, shape, rng) for k, (et, shape) in feeds.items() if k in inputs}
+    feed = {k: _feed(et, shape, k not in bound, rng)
+            for k, (et, shape) in feeds.items() if k in inputs}
     out_names = [o.name for o in sess.get_outputs()]
     try:
         values = sess.run(out_names, feed)
@@ -367,5 +438,4 @@ def _run(m, feeds, base_dir, wanted, missing, types, model, node_names, bound):
             f"{len(missing)} tensor(s) shape inference left unknown (e.g. '{missing[0]}'): "
             f"{_one_line(e)}"
         ) from None
-    measured = {n: _measured(v) for n, v in zip(out_names, values)}
-    return {n: measured[n] for n in wanted}, "onnxruntime"
+    return {n: _measured(v) for n, v in zip(out_names, values)}

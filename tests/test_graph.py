@@ -59,7 +59,7 @@ def feeds_for(path: Path, shapes: dict | None = None) -> dict[str, np.ndarray]:
 
 def ort_actual(path: Path, shapes: dict | None = None) -> dict[str, np.ndarray]:
     """Every node output of the real model (real weights), as onnxruntime computes it."""
-    m = onnx.load(str(path))
+    m = onnx.load(str(path), load_external_data=False)  # onnxruntime reads the data file
     m.ir_version = min(m.ir_version, 10) if m.ir_version >= 4 else m.ir_version
     have = {o.name for o in m.graph.output}
     for n in m.graph.node:
@@ -69,6 +69,8 @@ def ort_actual(path: Path, shapes: dict | None = None) -> dict[str, np.ndarray]:
                 have.add(o)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # no folding: faster
+    so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                str(Path(path).parent))
     sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, feeds_for(path, shapes))))
@@ -189,6 +191,29 @@ def test_if_is_atomic_with_captured_outer_tensors(tmp_path):
     assert set(g.tensors) == {"x", "W", "zero", "outer", "deep", "s", "cond", "y"}
 
 
+def test_loop_is_atomic_and_its_scan_output_is_measured(tmp_path):
+    body = helper.make_graph(
+        [helper.make_node("Add", ["v_in", "outer"], ["v_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("Mul", ["v_out", "W"], ["scan"])],
+        "body",
+        [vi("i", [], TP.INT64), vi("c_in", [], TP.BOOL), vi("v_in", None)],
+        [vi("c_out", [], TP.BOOL), vi("v_out", None), vi("scan", None)])
+    nodes = [helper.make_node("Exp", ["x"], ["outer"], name="exp"),
+             helper.make_node("Loop", ["trips", "", "x"], ["v", "stacked"], body=body,
+                              name="loop"),
+             helper.make_node("ReduceSum", ["stacked"], ["y"], keepdims=1, name="sum")]
+    inits = [numpy_helper.from_array(np.array(5, np.int64), "trips"), weight("W", (3,))]
+    path = save(make(nodes, [vi("x", [3])], [vi("y", None), vi("v", None)], inits),
+                tmp_path / "loop.onnx")
+    g = OpGraph.from_onnx(path)
+    check_against_file_and_runtime(path, g)
+    assert g.tensors["stacked"].shape == (5, 3)  # 5 trips: known only by running
+    loop = g.node("loop")
+    assert loop.has_subgraphs and set(loop.captured_inputs) == {"outer", "W"}
+    assert g.predecessors("loop") == ("exp",) and set(g.tensors["W"].consumers) == {"loop"}
+
+
 def test_external_data_is_never_read(tmp_path):
     w1, w2 = weight("W1", (256, 512), 1), weight("W2", (512, 64), 2)
     nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"], name="mm1"),
@@ -235,6 +260,26 @@ def test_unknown_shapes_are_measured_with_onnxruntime(tmp_path):
     assert g.shapes_from == "onnxruntime"
     check_against_file_and_runtime(path, g, {"x": (5, 16)})
     assert g.tensors["y"].shape == (24, 5)
+
+
+def test_weight_free_shape_arithmetic_is_run_alone(tmp_path):
+    # Range's length comes from the input's shape: inference cannot size it, and so not the
+    # embedding lookup it feeds; running only the weight-free nodes (Shape, Gather, Range)
+    # is enough, the 256 KB embedding table is never needed
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+             helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0, name="seq"),
+             helper.make_node("Range", ["zero", "seq", "one"], ["pos"], name="range"),
+             helper.make_node("Gather", ["E", "pos"], ["emb"], axis=0, name="lookup"),
+             helper.make_node("MatMul", ["x", "emb"], ["y"], name="mm")]
+    inits = [weight("E", (512, 128)),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), "one")]
+    model = make(nodes, [vi("x", ["b", "s"])], [vi("y", None)], inits)
+    path = save(model, tmp_path / "range.onnx")
+    g = OpGraph.from_onnx(path, {"x": (3, 20)})
+    assert g.shapes_from == "onnxruntime-partial"
+    check_against_file_and_runtime(path, g, {"x": (3, 20)})
+    assert g.tensors["emb"].shape == (20, 128) and g.tensors["y"].shape == (3, 128)
 
 
 def test_static_model_needs_no_run_and_constants_are_node_data(tmp_path):
@@ -331,6 +376,16 @@ def test_error_truncated_file(good, tmp_path, fraction):
     p = tmp_path / "cut.onnx"
     p.write_bytes(data[: int(len(data) * fraction)])
     one_line_error(p, {"x": (1, 64)})
+
+
+def test_every_truncation_is_a_model_error(tmp_path):
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")]
+    data = save(make(nodes, [vi("x", [1, 4])], [vi("y", [1, 4])], [weight("W", (4, 4))]),
+                tmp_path / "small.onnx").read_bytes()
+    p = tmp_path / "cut.onnx"
+    for k in range(len(data)):
+        p.write_bytes(data[:k])
+        one_line_error(p)
 
 
 def test_error_directory(tmp_path):

@@ -6,9 +6,10 @@ transformers config with random weights and are exported by ``torch.onnx.export(
 dynamo=True)`` with dynamic batch and sequence axes, weights in a ``.data`` file beside.
 
     python tools/build_test_models.py OUT_DIR [--models tiny_bert,bert_base,gpt2,vit]
-    python tools/build_test_models.py OUT_DIR --import-only   # just import and time them
+    python tools/build_test_models.py OUT_DIR --import-only [--verify]  # import, time, check
 
-``tiny_bert`` is small enough (< 1 MB, weights inline) to be committed as test data.
+``tiny_bert`` is small enough (< 1 MB, weights inline) to be committed as test data;
+``gpt2_large`` (not built by default) is a 3.1 GB model, over protobuf's 2 GB limit.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def _text_model(kind: str):
         return tf.BertModel(cfg), cfg.vocab_size
     if kind == "gpt2":
         cfg = tf.GPT2Config(use_cache=False)  # gpt2 (small) sizes: 12 layers, 124M params
+        return tf.GPT2Model(cfg), cfg.vocab_size
+    if kind == "gpt2_large":
+        cfg = tf.GPT2Config(n_embd=1280, n_layer=36, n_head=20, use_cache=False)  # 774M: 3.1 GB
         return tf.GPT2Model(cfg), cfg.vocab_size
     raise ValueError(kind)
 
@@ -86,7 +90,32 @@ SHAPES = {  # the input binding each model is imported with
 }
 
 
-def import_report(paths: list[Path]) -> None:
+def measured_sizes(path: Path, shapes: dict) -> dict[str, int]:
+    """Bytes of every node output when onnxruntime runs the real model (real weights)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    m = onnx.load(str(path), load_external_data=False)
+    m.ir_version = min(m.ir_version, 10)
+    have = {o.name for o in m.graph.output}
+    for n in m.graph.node:
+        for o in n.output:
+            if o and o not in have:
+                m.graph.output.add().name = o
+                have.add(o)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                str(path.parent))
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feed = {i.name: (rng.random(shapes[i.name], dtype=np.float32) if "float" in i.type
+                     else np.ones(shapes[i.name], dtype=np.int64)) for i in sess.get_inputs()}
+    names = [o.name for o in sess.get_outputs()]
+    return {n: v.nbytes for n, v in zip(names, sess.run(names, feed))}
+
+
+def import_report(paths: list[Path], verify: bool = False) -> None:
     """Import each model with onnxsplit and print its size and the time it took."""
     import onnxruntime  # noqa: F401  (loaded once, outside the timings)
 
@@ -102,6 +131,12 @@ def import_report(paths: list[Path]) -> None:
               f"activations ({sum(x.bytes for x in acts) / 1e6:.1f} MB), "
               f"{len(g.initializers)} weights ({g.weight_bytes / 1e6:.1f} MB), "
               f"sizes from {g.shapes_from}, imported in {dt:.2f} s", flush=True)
+        if verify:
+            real = measured_sizes(path, shapes)
+            wrong = [x.name for x in acts if x.bytes != real[x.name]]
+            print(f"  verify: {len(acts) - len(wrong)}/{len(acts)} activation sizes equal "
+                  f"onnxruntime's with the real weights{'; wrong: ' + str(wrong[:5]) if wrong else ''}",
+                  flush=True)
 
 
 def main(argv=None) -> int:
@@ -110,10 +145,12 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="tiny_bert,bert_base,gpt2,vit")
     ap.add_argument("--import-only", action="store_true",
                     help="do not build; import the models already in OUT and report")
+    ap.add_argument("--verify", action="store_true",
+                    help="also run each real model and compare every tensor size")
     args = ap.parse_args(argv)
     kinds = args.models.split(",")
     if args.import_only:
-        import_report([args.out / f"{k}.onnx" for k in kinds])
+        import_report([args.out / f"{k}.onnx" for k in kinds], args.verify)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     try:
@@ -132,7 +169,7 @@ def main(argv=None) -> int:
             path = export_text(kind, args.out, external=kind != "tiny_bert")
         size = sum(p.stat().st_size for p in args.out.glob(f"{kind}.onnx*"))
         print(f"{path}: {size / 1e6:.1f} MB in {time.perf_counter() - t:.0f} s", flush=True)
-    import_report([args.out / f"{k}.onnx" for k in kinds])
+    import_report([args.out / f"{k}.onnx" for k in kinds], args.verify)
     return 0
 
 
