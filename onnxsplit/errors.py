@@ -15,3 +15,7 @@ class SplitError(OnnxsplitError):
 
 class SolveError(OnnxsplitError):
     """A solver could not produce a plan (infeasible, too large, ...)."""
+
+
+class ModelError(OnnxsplitError):
+    """An ONNX model cannot be imported (unreadable, malformed, unbound shape, unrunnable op)."""

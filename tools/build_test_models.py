@@ -1,0 +1,177 @@
+"""Build realistic ONNX models (random weights, no download) to exercise the importer.
+
+Needs packages the library itself does not: ``pip install torch==2.13.0 onnxscript
+transformers`` (that exact torch: a CPU build; others pull GBs of CUDA).  Models come from a
+transformers config with random weights and are exported by ``torch.onnx.export(...,
+dynamo=True)`` with dynamic batch and sequence axes, weights in a ``.data`` file beside.
+
+    python tools/build_test_models.py OUT_DIR [--models tiny_bert,bert_base,gpt2,vit]
+    python tools/build_test_models.py OUT_DIR --import-only [--verify]  # import, time, check
+
+``tiny_bert`` is small enough (< 1 MB, weights inline) to be committed as test data;
+``gpt2_large`` (not built by default) is a 3.1 GB model, over protobuf's 2 GB limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _text_model(kind: str):
+    import transformers as tf
+
+    if kind == "tiny_bert":
+        cfg = tf.BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=2, intermediate_size=64,
+                            max_position_embeddings=64)
+        return tf.BertModel(cfg, add_pooling_layer=True), cfg.vocab_size
+    if kind == "bert_base":
+        cfg = tf.BertConfig()  # bert-base-uncased sizes: 12 layers, 768 hidden, 110M params
+        return tf.BertModel(cfg), cfg.vocab_size
+    if kind == "gpt2":
+        cfg = tf.GPT2Config(use_cache=False)  # gpt2 (small) sizes: 12 layers, 124M params
+        return tf.GPT2Model(cfg), cfg.vocab_size
+    if kind == "gpt2_large":
+        cfg = tf.GPT2Config(n_embd=1280, n_layer=36, n_head=20, use_cache=False)  # 774M: 3.1 GB
+        return tf.GPT2Model(cfg), cfg.vocab_size
+    raise ValueError(kind)
+
+
+def export_text(kind: str, out: Path, external: bool) -> Path:
+    import torch
+
+    torch.manual_seed(0)
+    model, vocab = _text_model(kind)
+    model.eval()
+    model.config.return_dict = False
+    ids = torch.randint(0, vocab, (2, 16), dtype=torch.int64)
+    mask = torch.ones(2, 16, dtype=torch.int64)
+    batch, seq = torch.export.Dim("batch", max=64), torch.export.Dim("sequence", max=512)
+    path = out / f"{kind}.onnx"
+    torch.onnx.export(
+        model, (), str(path), kwargs={"input_ids": ids, "attention_mask": mask},
+        dynamo=True, external_data=external,
+        input_names=["input_ids", "attention_mask"],
+        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+        optimize=True, verbose=False,
+    )
+    return path
+
+
+def export_vit(out: Path) -> Path:
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    cfg = tf.ViTConfig()  # vit-base-patch16-224 sizes: 86M params
+    model = tf.ViTModel(cfg, add_pooling_layer=True).eval()
+    model.config.return_dict = False
+    pixels = torch.rand(1, 3, 224, 224)
+    path = out / "vit.onnx"
+    torch.onnx.export(
+        model, (pixels,), str(path), dynamo=True, external_data=True,
+        input_names=["pixel_values"],
+        dynamic_shapes={"pixel_values": {0: torch.export.Dim("batch", max=64)}},
+        optimize=True, verbose=False,
+    )
+    return path
+
+
+SHAPES = {  # the input binding each model is imported with
+    "vit": {"pixel_values": (1, 3, 224, 224)},
+    "tiny_bert": {"input_ids": (1, 32), "attention_mask": (1, 32)},  # 64 positions at most
+}
+
+
+def measured_sizes(path: Path, shapes: dict) -> dict[str, int]:
+    """Bytes of every node output when onnxruntime runs the real model (real weights)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    m = onnx.load(str(path), load_external_data=False)
+    m.ir_version = min(m.ir_version, 10)
+    have = {o.name for o in m.graph.output}
+    for n in m.graph.node:
+        for o in n.output:
+            if o and o not in have:
+                m.graph.output.add().name = o
+                have.add(o)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                str(path.parent))
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feed = {i.name: (rng.random(shapes[i.name], dtype=np.float32) if "float" in i.type
+                     else np.ones(shapes[i.name], dtype=np.int64)) for i in sess.get_inputs()}
+    names = [o.name for o in sess.get_outputs()]
+    return {n: v.nbytes for n, v in zip(names, sess.run(names, feed))}
+
+
+def import_report(paths: list[Path], verify: bool = False) -> None:
+    """Import each model with onnxsplit and print its size and the time it took."""
+    import onnxruntime  # noqa: F401  (loaded once, outside the timings)
+
+    from onnxsplit.graph import OpGraph
+
+    for path in paths:
+        shapes = SHAPES.get(path.stem, {"input_ids": (1, 128), "attention_mask": (1, 128)})
+        t = time.perf_counter()
+        g = OpGraph.from_onnx(path, shapes)
+        dt = time.perf_counter() - t
+        acts = [x for x in g.tensors.values() if x.kind == "activation"]
+        print(f"{path.name}: {len(g.nodes)} nodes, {len(g.edges)} edges, {len(acts)} "
+              f"activations ({sum(x.bytes for x in acts) / 1e6:.1f} MB), "
+              f"{len(g.initializers)} weights ({g.weight_bytes / 1e6:.1f} MB), "
+              f"sizes from {g.shapes_from}, imported in {dt:.2f} s", flush=True)
+        if verify:
+            real = measured_sizes(path, shapes)
+            wrong = [x.name for x in acts if x.bytes != real[x.name]]
+            print(f"  verify: {len(acts) - len(wrong)}/{len(acts)} activation sizes equal "
+                  f"onnxruntime's with the real weights{'; wrong: ' + str(wrong[:5]) if wrong else ''}",
+                  flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--models", default="tiny_bert,bert_base,gpt2,vit")
+    ap.add_argument("--import-only", action="store_true",
+                    help="do not build; import the models already in OUT and report")
+    ap.add_argument("--verify", action="store_true",
+                    help="also run each real model and compare every tensor size")
+    args = ap.parse_args(argv)
+    kinds = args.models.split(",")
+    if args.import_only:
+        import_report([args.out / f"{k}.onnx" for k in kinds], args.verify)
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        import onnxscript  # noqa: F401  (the dynamo exporter needs it)
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        print(f"cannot build models: {e}; pip install torch==2.13.0 onnxscript transformers",
+              file=sys.stderr)
+        return 2
+    for kind in kinds:
+        t = time.perf_counter()
+        if kind == "vit":
+            path = export_vit(args.out)
+        else:
+            path = export_text(kind, args.out, external=kind != "tiny_bert")
+        size = sum(p.stat().st_size for p in args.out.glob(f"{kind}.onnx*"))
+        print(f"{path}: {size / 1e6:.1f} MB in {time.perf_counter() - t:.0f} s", flush=True)
+    import_report([args.out / f"{k}.onnx" for k in kinds], args.verify)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
