@@ -32,10 +32,13 @@ class Plan:
     seconds: float = 0.0
     stages: list[str] = field(default_factory=list)  # devices in pipeline order
     details: dict[str, Any] = field(default_factory=dict)  # solver-specific facts
+    # latency plans: node id -> piece (call) number on its accelerator; empty = derived
+    pieces: dict[int, int] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["assignment"] = {str(k): v for k, v in sorted(self.assignment.items())}
+        d["pieces"] = {str(k): v for k, v in sorted(self.pieces.items())}
         return d
 
     @classmethod
@@ -53,6 +56,7 @@ class Plan:
                 seconds=float(d.get("seconds", 0.0)),
                 stages=list(d.get("stages", [])),
                 details=dict(d.get("details", {})),
+                pieces={int(k): int(v) for k, v in d.get("pieces", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise SplitError(f"not a plan object: {e}") from None

@@ -154,18 +154,27 @@ def _blocks(workload: Workload, dev: np.ndarray, piece: np.ndarray):
     return block, members, _kahn(nblocks, succ)
 
 
-def latency(workload: Workload, assignment: dict[int, str]) -> Score:
+def latency(workload: Workload, assignment: dict[int, str], pieces: dict[int, int] | None = None) -> Score:
     """Single-stream latency; each accelerator piece is one call (see module docstring).
 
-    Pieces follow the reference's per-device rule (:func:`accelerator_pieces`); where those
-    pieces wait on each other across accelerators (no order can run them), every device
+    ``pieces`` (node id -> piece number, for accelerator nodes) gives the calls explicitly,
+    as the latency IP does; they must be schedulable (no cycle between calls).  Without
+    them, pieces follow the reference's per-device rule (:func:`accelerator_pieces`); where
+    those wait on each other across accelerators (no order can run them), every device
     switch starts a new piece instead (:func:`switch_pieces`).
     """
     dev = device_array(workload, assignment)
     k = workload.num_accelerators
-    block, members, order = _blocks(workload, dev, accelerator_pieces(workload, dev))
-    if order is None:
-        block, members, order = _blocks(workload, dev, switch_pieces(workload, dev))
+    if pieces:
+        given = np.array([pieces.get(int(i), 0) for i in workload.ids], dtype=np.int64)
+        block, members, order = _blocks(workload, dev, np.where(dev < k, given, 0))
+        if order is None:
+            raise SplitError("the given pieces wait on each other in a cycle (a piece is not convex, "
+                             "or two calls need each other's output)")
+    else:
+        block, members, order = _blocks(workload, dev, accelerator_pieces(workload, dev))
+        if order is None:
+            block, members, order = _blocks(workload, dev, switch_pieces(workload, dev))
     finish = np.zeros(workload.n)
     preds, succs, cost = workload.predecessors, workload.successors, workload.out_cost
     for b in order:
@@ -189,11 +198,12 @@ def latency(workload: Workload, assignment: dict[int, str]) -> Score:
     return Score(float(finish.max(initial=0.0)), per_device)
 
 
-def score(workload: Workload, assignment: dict[int, str], objective: str) -> Score:
+def score(workload: Workload, assignment: dict[int, str], objective: str,
+          pieces: dict[int, int] | None = None) -> Score:
     if objective == "throughput":
         return max_load(workload, assignment)
     if objective == "latency":
-        return latency(workload, assignment)
+        return latency(workload, assignment, pieces)
     raise ValueError(f"unknown objective {objective!r}")
 
 

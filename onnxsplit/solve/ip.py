@@ -261,3 +261,209 @@ def _split_pass_value(w: Workload, assignment: dict[int, str]) -> float:
     fw = evaluate.pass_loads(w, assignment, backward=False)
     bw = evaluate.pass_loads(w, assignment, backward=True)
     return max(fw.values(), default=0.0) + max(bw.values(), default=0.0)
+
+
+# ---- latency ---------------------------------------------------------------------------------------
+
+def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, solver: str = "highs",
+                  warm_start: dict[int, str] | None = None, gap: float = 0.01,
+                  verbose: bool = False) -> Plan:
+    """Min single-stream latency with up to ``pieces`` contiguous calls per accelerator.
+
+    The paper's latency IP: x[v, s] puts node v in slot s (the CPUs, with unbounded
+    parallelism, or piece p of accelerator d); each piece is convex; a piece starts once
+    every tensor it receives is ready, then computes, receives and sends; a node's finish
+    time is its piece's finish; pieces of one accelerator run one after another.  The
+    big-M is the best latency known beforehand (all on the CPUs, or the warm start), which
+    also caps the objective.  Identical accelerators are ordered by the first node of their
+    first piece; a piece is used only if the one before it is.
+    """
+    import mip
+
+    if solver not in SOLVERS:
+        raise OnnxsplitError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
+    if pieces < 1:
+        raise OnnxsplitError("--pieces must be at least 1")
+    start_time = time.perf_counter()
+    k, l, n = w.num_accelerators, w.num_cpus, w.n
+    order = list(w.topological_order)
+    pos = {v: i for i, v in enumerate(order)}
+    cost = w.out_cost
+    edges = list(zip(w.edge_src.tolist(), w.edge_dst.tolist()))
+
+    ub, start_plan = _latency_upper_bound(w, warm_start, pieces)
+    model = mip.Model(sense=mip.MINIMIZE, solver_name=solver.upper() if solver == "cbc" else "highs")
+    model.verbose = int(verbose)
+    model.max_mip_gap = gap
+    slots = [(d, p) for d in range(k) for p in range(pieces)]
+    CPU = (-1, 0)
+    x: dict[tuple[int, tuple[int, int]], mip.Var] = {}
+    for v in range(n):
+        if l > 0:
+            x[v, CPU] = model.add_var(var_type=mip.BINARY)
+        if w.supported[v]:
+            for s in slots:
+                x[v, s] = model.add_var(var_type=mip.BINARY)
+    for v in range(n):
+        model += mip.xsum(x[v, s] for s in [CPU] + slots if (v, s) in x) == 1
+    # colour classes: one device for the whole class (its pieces may differ)
+    first_of: dict[int, int] = {}
+    for v in range(n):
+        c = int(w.color_class[v])
+        if c not in first_of:
+            first_of[c] = v
+            continue
+        u = first_of[c]
+        if l > 0:
+            model += x[v, CPU] == x[u, CPU]
+        for d in range(k):
+            on_v = [x[v, (d, p)] for p in range(pieces) if (v, (d, p)) in x]
+            on_u = [x[u, (d, p)] for p in range(pieces) if (u, (d, p)) in x]
+            model += mip.xsum(on_v) == mip.xsum(on_u)
+    for d in range(k):
+        model += mip.xsum(w.size[v] * x[v, (d, p)] for v in range(n) for p in range(pieces)
+                          if (v, (d, p)) in x) <= w.accelerator_memory
+
+    def xs(v, s):
+        return x.get((v, s), 0)
+
+    # head[v] / tail[v]: longest path into / out of v, each node at its cheapest latency:
+    # every schedule finishes v no earlier than head[v] and ends no earlier than
+    # lat[v] + tail[v] (a call's finish includes all its work).  They bound the variables
+    # and give each big-M its own, smaller value.
+    cheapest = np.minimum(w.cpu_latency if l > 0 else np.inf, np.where(w.supported, w.acc_latency, np.inf))
+    head, tail = _head_tail(w, cheapest)
+    lat = [model.add_var(lb=float(head[v]), ub=max(float(head[v]), ub - float(tail[v]))) for v in range(n)]
+    st = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
+    fin = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
+    senders = sorted({u for u, _ in edges})
+    for s in slots:
+        z = {v: model.add_var(lb=0.0, ub=1.0) for v in range(n) if (v, s) in x}
+        for v in z:
+            model += z[v] >= x[v, s]
+        cin = {u: model.add_var(lb=0.0, ub=1.0) for u in senders}
+        cout = {u: model.add_var(lb=0.0, ub=1.0) for u in senders}
+        for u, t in edges:
+            if t in z:
+                model += z[t] <= (z[u] if u in z else 0)
+                model += z[t] <= xs(t, s) - xs(u, s) + 1
+            if (t, s) in x:
+                model += cin[u] >= xs(t, s) - xs(u, s)
+            if (u, s) in x:
+                model += cout[u] >= xs(u, s) - xs(t, s)
+        for u in senders:
+            model += st[s] >= lat[u] - (1 - cin[u]) * (ub - float(tail[u]))
+        work = mip.xsum(w.acc_latency[v] * x[v, s] for v in z)
+        comm = mip.xsum(cost[u] * (cin[u] + cout[u]) for u in senders if cost[u] > 0)
+        model += fin[s] == st[s] + work + comm
+        for v in z:
+            model += lat[v] >= fin[s] - (1 - x[v, s]) * max(0.0, ub - float(head[v]))
+    for v in range(n):
+        if l > 0:
+            model += lat[v] >= w.cpu_latency[v] * x[v, CPU]
+    for u, t in edges:
+        model += lat[t] >= lat[u] + (w.cpu_latency[t] * x[t, CPU] if l > 0 else 0)
+    for d in range(k):
+        for p in range(1, pieces):
+            model += st[d, p] >= fin[d, p - 1]
+            for v in range(n):
+                if (v, (d, p)) in x:
+                    model += x[v, (d, p)] <= mip.xsum(x[u, (d, p - 1)] for u in range(n) if (u, (d, p - 1)) in x)
+        if d >= 1:
+            for v in range(n):
+                if (v, (d, 0)) in x:
+                    model += x[v, (d, 0)] <= mip.xsum(x[u, (d - 1, 0)] for u in range(n)
+                                                      if pos[u] < pos[v] and (u, (d - 1, 0)) in x)
+    T = model.add_var(lb=float((head + tail).max(initial=0.0)), ub=ub)
+    for v in range(n):
+        model += T >= lat[v] + float(tail[v])
+    model.objective = T
+    if start_plan is not None:
+        a, pc = start_plan
+        model.start = [(var, 1.0 if _slot_of(w, a, pc, v) == s else 0.0) for (v, s), var in x.items()]
+    status = model.optimize(max_seconds=max(1.0, time_limit - (time.perf_counter() - start_time)))
+    seconds = time.perf_counter() - start_time
+    method = "ip"
+    bound = _finite(model.objective_bound)
+    details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub}
+    if model.num_solutions == 0:
+        if start_plan is not None:  # the solver kept nothing better than the warm start
+            a, pc = start_plan
+            value = evaluate.latency(w, a, pc).value
+            lb = min(bound, value) if bound is not None else None
+            return Plan("latency", method, "time_limit", value, a, lower_bound=lb, gap=gap_of(value, lb),
+                        seconds=seconds, pieces=pc, details=details)
+        st_label = "infeasible" if status == mip.OptimizationStatus.INFEASIBLE else "time_limit"
+        return Plan("latency", method, st_label, None, {}, lower_bound=bound, seconds=seconds, details=details)
+    names = [dv.name for dv in w.devices]
+    assignment: dict[int, str] = {}
+    piece_of: dict[int, int] = {}
+    for (v, s), var in x.items():
+        if var.x is not None and var.x > 0.5:
+            nid = int(w.ids[v])
+            if s == CPU:
+                assignment[nid] = names[k]  # the latency model's CPUs are one pool
+            else:
+                assignment[nid] = names[s[0]]
+                piece_of[nid] = s[1] + 1
+    problems = evaluate.check(w, assignment)
+    if problems:
+        raise SolveError(f"internal error: latency IP plan is invalid: {problems[0]}")
+    value = evaluate.latency(w, assignment, piece_of).value
+    lb = min(bound, value) if bound is not None else None
+    g = gap_of(value, lb)
+    if status == mip.OptimizationStatus.OPTIMAL:
+        label = "optimal" if g is not None and g <= 1e-6 else "feasible"
+    else:
+        label = "time_limit"
+    return Plan("latency", method, label, value, assignment, lower_bound=lb, gap=g, seconds=seconds,
+                pieces=piece_of, details={**details, "ip_objective": model.objective_value})
+
+
+def _head_tail(w: Workload, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Longest weighted path ending at each node (inclusive) and leaving it (exclusive)."""
+    head = weight.astype(np.float64).copy()
+    tail = np.zeros(w.n)
+    order = w.topological_order
+    for v in order:
+        for u in w.predecessors[v]:
+            head[v] = max(head[v], head[u] + weight[v])
+    for v in reversed(order):
+        for t in w.successors[v]:
+            tail[v] = max(tail[v], weight[t] + tail[t])
+    return head, tail
+
+
+def _slot_of(w: Workload, assignment: dict[int, str], pieces: dict[int, int], v: int):
+    nid = int(w.ids[v])
+    dev = w.device_index[assignment[nid]]
+    if dev >= w.num_accelerators:
+        return (-1, 0)
+    return (dev, pieces[nid] - 1)
+
+
+def _latency_upper_bound(w: Workload, warm_start: dict[int, str] | None, pieces: int):
+    """The best latency known before solving (all on the CPUs, or the warm start) and, when
+    the warm start fits the IP (at most ``pieces`` calls per accelerator), its pieces."""
+    best = np.inf
+    plan = None
+    if w.num_cpus > 0:
+        cpu = w.devices[w.num_accelerators].name
+        best = evaluate.latency(w, {int(i): cpu for i in w.ids}).value
+    if warm_start:
+        dev = evaluate.device_array(w, warm_start)
+        if not evaluate.check(w, warm_start):
+            pc = evaluate.accelerator_pieces(w, dev)
+            _, _, order = evaluate._blocks(w, dev, pc)
+            if order is not None and pc.max(initial=0) <= pieces:
+                cpu_name = w.devices[w.num_accelerators].name if w.num_cpus else None
+                a = {int(i): (cpu_name if dev[j] >= w.num_accelerators else warm_start[int(i)])
+                     for j, i in enumerate(w.ids)}
+                pc_map = {int(w.ids[j]): int(pc[j]) for j in range(w.n) if dev[j] < w.num_accelerators}
+                value = evaluate.latency(w, a, pc_map).value
+                if value <= best:
+                    best, plan = value, (a, pc_map)
+    if not np.isfinite(best):
+        # no CPU and no usable start: the sum of all latencies bounds any schedule
+        best = float(w.cpu_latency.sum() + w.acc_latency.sum() + 2 * w.out_cost.sum()) + 1.0
+    return float(best) * (1 + 1e-9) + 1e-9, plan
