@@ -10,18 +10,38 @@ from .workload import Workload
 
 OBJECTIVES = ("throughput", "latency")
 METHODS = {
-    # method -> objectives it optimises
+    # method -> objectives it serves: optimises, or (fixed placements) is scored for
     "dp": ("throughput",),
     "dp_linear": ("throughput",),
+    # baselines (onnxsplit/solve/baselines.py): the paper's, and what users get today
+    "greedy": ("latency", "throughput"),
+    "local_search": ("throughput",),
+    "pipedream": ("throughput",),
+    "scotch": ("throughput",),
+    "metis": ("throughput",),
+    "one_accelerator": ("throughput", "latency"),
+    "all_cpu": ("throughput", "latency"),
+    "given": ("throughput", "latency"),
+    "ort_default": ("throughput", "latency"),
+    "hetero_greedy": ("throughput", "latency"),
 }
+BASELINES = ("greedy", "local_search", "pipedream", "scotch", "metis", "one_accelerator", "all_cpu", "given",
+             "ort_default", "hetero_greedy")
 
 
 def load_workload(path: str | Path) -> Workload:
     return Workload.from_paper_json(path)
 
 
-def solve(workload: Workload, objective: str = "throughput", method: str = "dp") -> Plan:
-    """Place every node; the returned plan has been re-scored and checked by the evaluator."""
+def solve(workload: Workload, objective: str = "throughput", method: str = "dp", *, seed: int = 0,
+          restarts: int = 10, split: str | Path | dict | None = None) -> Plan:
+    """Place every node; the returned plan has been re-scored and checked by the evaluator.
+
+    ``seed`` and ``restarts`` steer the randomised baselines (local_search, scotch, metis);
+    ``split`` is the split file (or node id -> device dict) that method ``given`` scores.
+    A baseline's plan that breaks memory, support or a colour class comes back with status
+    "infeasible" and its problems in ``details["violations"]``.
+    """
     if objective not in OBJECTIVES:
         raise OnnxsplitError(f"unknown objective '{objective}' (choose from {', '.join(OBJECTIVES)})")
     if method not in METHODS:
@@ -30,6 +50,10 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp")
         able = [m for m, objs in METHODS.items() if objective in objs]
         hint = f"methods for {objective}: {', '.join(able)}" if able else f"no method optimises {objective} yet"
         raise OnnxsplitError(f"method '{method}' does not optimise {objective} ({hint})")
+    if method in BASELINES:
+        from .solve import baselines
+
+        return baselines.solve(workload, method, objective, seed=seed, restarts=restarts, split=split)
     from .solve import dp
 
     return dp.solve(workload, linear_only=(method == "dp_linear"))
