@@ -10,25 +10,45 @@ from .workload import Workload
 
 OBJECTIVES = ("throughput", "latency")
 METHODS = {
-    # method -> objectives it optimises
+    # method -> objectives it serves: optimises, or (fixed placements) is scored for
     "dp": ("throughput",),
     "dp_linear": ("throughput",),
-    "ip": ("throughput",),
+    "ip": ("throughput", "latency"),
+    # baselines (onnxsplit/solve/baselines.py): the paper's, and what users get today
+    "greedy": ("latency", "throughput"),
+    "local_search": ("throughput",),
+    "pipedream": ("throughput",),
+    "scotch": ("throughput",),
+    "metis": ("throughput",),
+    "one_accelerator": ("throughput", "latency"),
+    "all_cpu": ("throughput", "latency"),
+    "given": ("throughput", "latency"),
+    "ort_default": ("throughput", "latency"),
+    "hetero_greedy": ("throughput", "latency"),
 }
+BASELINES = ("greedy", "local_search", "pipedream", "scotch", "metis", "one_accelerator", "all_cpu", "given",
+             "ort_default", "hetero_greedy")
 
 
 def load_workload(path: str | Path) -> Workload:
     return Workload.from_paper_json(path)
 
 
-def solve(workload: Workload, objective: str = "throughput", method: str = "dp", *,
-          contiguous: bool = False, split_passes: bool = False, time_limit: float = 60.0,
-          solver: str = "highs", warm_start: bool = True) -> Plan:
+def solve(workload: Workload, objective: str = "throughput", method: str = "dp", *, seed: int = 0,
+          restarts: int = 10, split: str | Path | dict | None = None, contiguous: bool = False,
+          split_passes: bool = False, pieces: int = 1, time_limit: float = 60.0, solver: str = "highs",
+          warm_start: bool = True) -> Plan:
     """Place every node; the returned plan has been re-scored and checked by the evaluator.
 
-    ``ip`` options: ``contiguous`` (every device's forward part convex), ``split_passes``
-    (training: minimise max forward load + max backward load), ``time_limit`` seconds,
-    ``solver`` (highs | cbc), ``warm_start`` from the DP's plan.
+    ``seed`` and ``restarts`` steer the randomised baselines (local_search, scotch, metis);
+    ``split`` is the split file (or node id -> device dict) that method ``given`` scores.
+    A baseline's plan that breaks memory, support or a colour class comes back with status
+    "infeasible" and its problems in ``details["violations"]``.
+
+    ``ip`` options: ``contiguous`` (throughput: every device's part convex), ``split_passes``
+    (training: minimise max forward load + max backward load), ``pieces`` (latency: calls per
+    accelerator), ``time_limit`` seconds, ``solver`` (highs | cbc), ``warm_start`` from the
+    DP's plan (throughput) or the better of the greedy's and the DP's (latency).
     """
     if objective not in OBJECTIVES:
         raise OnnxsplitError(f"unknown objective '{objective}' (choose from {', '.join(OBJECTIVES)})")
@@ -38,18 +58,41 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
         able = [m for m, objs in METHODS.items() if objective in objs]
         hint = f"methods for {objective}: {', '.join(able)}" if able else f"no method optimises {objective} yet"
         raise OnnxsplitError(f"method '{method}' does not optimise {objective} ({hint})")
+    if method in BASELINES:
+        from .solve import baselines
+
+        return baselines.solve(workload, method, objective, seed=seed, restarts=restarts, split=split)
     from .solve import dp
 
     if method in ("dp", "dp_linear"):
         return dp.solve(workload, linear_only=(method == "dp_linear"))
     from .solve import ip
 
+    if objective == "latency":
+        start = _latency_warm_start(workload) if warm_start else None
+        return ip.solve_latency(workload, pieces=pieces, time_limit=time_limit, solver=solver, warm_start=start)
     start = None
     if warm_start and not split_passes:
-        seed = dp.solve(workload, linear_only=workload.n > 2000)
-        start = seed.assignment or None
+        start = dp.solve(workload, linear_only=workload.n > 2000).assignment or None
     return ip.solve_throughput(workload, contiguous=contiguous, split_passes=split_passes,
                                time_limit=time_limit, solver=solver, warm_start=start)
+
+
+def _latency_warm_start(workload: Workload) -> dict[int, str] | None:
+    """The better latency of the paper's greedy and the max-load DP's split, if valid."""
+    from .solve import baselines, dp, evaluate
+
+    best, best_value = None, float("inf")
+    for make in (lambda: baselines.solve(workload, "greedy", "latency"), lambda: dp.solve(workload)):
+        try:
+            plan = make()
+        except OnnxsplitError:
+            continue
+        if plan.assignment and not evaluate.check(workload, plan.assignment):
+            value = evaluate.latency(workload, plan.assignment).value
+            if value < best_value:
+                best, best_value = plan.assignment, value
+    return best
 
 
 def evaluate_split(workload: Workload, assignment: dict[int, str], objective: str = "throughput") -> dict:

@@ -24,9 +24,16 @@ EPILOG = """\
 examples:
   onnxsplit solve workload.json                       optimal contiguous pipeline (DP)
   onnxsplit solve workload.json --json                the same, as one JSON object
+  onnxsplit solve workload.json --method local_search --seed 1
+  onnxsplit solve workload.json --objective latency --method greedy
+  onnxsplit solve workload.json --method given --split expert.json
   onnxsplit evaluate workload.json split.json         score a split (e.g. a human expert's)
   onnxsplit evaluate workload.json split.json --objective latency
 """
+
+
+METHOD_CHOICES = ["dp", "dp_linear", "ip", "greedy", "local_search", "pipedream", "scotch", "metis", "one_accelerator",
+                  "all_cpu", "given", "ort_default", "hetero_greedy"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,18 +50,27 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--objective", default="throughput", choices=["throughput", "latency"],
                    help="throughput: minimise the max load of any device (pipelined); "
                         "latency: minimise one sample's end-to-end time (default: throughput)")
-    s.add_argument("--method", default="dp", choices=["dp", "dp_linear", "ip"],
+    s.add_argument("--method", default="dp", choices=METHOD_CHOICES, metavar="METHOD",
                    help="dp: exact DP over ideals (optimal contiguous pipeline); "
-                        "dp_linear: the same DP along a few topological orders (fast upper bound); "
-                        "ip: integer program (non-contiguous unless --contiguous), with a proven bound")
+                        "dp_linear: the same DP along a few topological orders (fast upper bound). "
+                        "Baselines: greedy (the paper's latency greedy), local_search, pipedream, "
+                        "scotch, metis, one_accelerator, all_cpu, given (--split FILE), "
+                        "ort_default (ONNX Runtime: supported nodes on one accelerator, the rest on CPU), "
+                        "hetero_greedy (OpenVINO HETERO: topological order, devices filled by memory)")
+    s.add_argument("--seed", type=int, default=0, help="random seed of local_search, scotch, metis (default 0)")
+    s.add_argument("--restarts", type=int, default=10,
+                   help="random restarts of local_search, scotch, metis; the best is kept (default 10)")
+    s.add_argument("--split", metavar="FILE", help="the split that method 'given' scores (paper format or a plan)")
     ipg = s.add_argument_group("integer program options (--method ip)")
-    ipg.add_argument("--contiguous", action="store_true", help="every device's forward part is convex")
+    ipg.add_argument("--contiguous", action="store_true", help="throughput: every device's part is convex")
     ipg.add_argument("--split-passes", action="store_true",
                      help="training: minimise max forward load + max backward load")
+    ipg.add_argument("--pieces", type=int, default=1, metavar="Q",
+                     help="latency: up to Q contiguous calls per accelerator (default 1)")
     ipg.add_argument("--time-limit", type=float, default=60.0, metavar="S",
                      help="seconds; the best plan found and its proven lower bound are returned (default 60)")
     ipg.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MIP backend (default highs)")
-    ipg.add_argument("--no-warm-start", action="store_true", help="do not start from the DP's plan")
+    ipg.add_argument("--no-warm-start", action="store_true", help="do not start from a DP/greedy plan")
     s.add_argument("-o", "--output", metavar="PLAN.json", help="also write the plan (the JSON object) here")
 
     e = sub.add_parser("evaluate", parents=[out], help="score a given split",
@@ -89,9 +105,14 @@ def _solve(args) -> int:
     from . import api
 
     workload = api.load_workload(args.workload)
-    plan = api.solve(workload, objective=args.objective, method=args.method, contiguous=args.contiguous,
-                     split_passes=args.split_passes, time_limit=args.time_limit, solver=args.solver,
-                     warm_start=not args.no_warm_start)
+    if args.split and args.method != "given":
+        from .errors import OnnxsplitError
+
+        raise OnnxsplitError("--split is read by --method given only")
+    plan = api.solve(workload, objective=args.objective, method=args.method, seed=args.seed,
+                     restarts=args.restarts, split=args.split, contiguous=args.contiguous,
+                     split_passes=args.split_passes, pieces=args.pieces, time_limit=args.time_limit,
+                     solver=args.solver, warm_start=not args.no_warm_start)
     obj = plan.to_json()
     if args.output:
         from pathlib import Path
@@ -110,12 +131,21 @@ def _print_plan(workload, plan) -> None:
     print(f"{plan.objective} by {plan.method}: {plan.status}", end="")
     if plan.value is None:
         print(" (no placement satisfies memory, support and colour classes)")
+        for v in plan.details.get("violations", []):
+            print(f"  - {v}")
         return
     unit = "time per sample" if plan.objective == "throughput" else "latency"
     print(f", {unit} {plan.value:.6g}", end="")
     if plan.gap is not None:
         print(f", gap {plan.gap:.2%}", end="")
     print(f"  ({plan.seconds:.2f} s)")
+    violations = plan.details.get("violations", [])
+    if violations:
+        print("  violations (this plan is not feasible):")
+        for v in violations:
+            print(f"  - {v}")
+    if any(d not in workload.device_index for d in plan.assignment.values()):
+        return  # a given split naming more devices than the workload has: scored above, no table
     loads = evaluate.max_load(workload, plan.assignment).loads
     counts: dict[str, int] = {}
     for dev in plan.assignment.values():
@@ -129,7 +159,7 @@ def _print_plan(workload, plan) -> None:
         print(f"  unused: {', '.join(idle)}")
     single = evaluate.max_load(workload, {nid: "acc0" for nid in plan.assignment}).value \
         if workload.num_accelerators and workload.supported.all() else None
-    if single is not None and plan.value > 0:
+    if single is not None and plan.value > 0 and plan.objective == "throughput":
         print(f"  one accelerator alone: {single:.6g} ({single / plan.value:.2f}x slower)")
 
 
