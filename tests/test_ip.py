@@ -110,3 +110,42 @@ def test_cbc_backend_agrees(seed):
     assert a.status == b.status
     if a.value is not None:
         assert a.value == pytest.approx(b.value, rel=1e-6)
+
+
+# ---- latency ------------------------------------------------------------------------------------
+
+def _brute_latency_one_call(data):
+    """Min latency over assignments where every accelerator runs one convex call
+    (CPU nodes on one pool: the latency model's CPUs run in parallel)."""
+    import itertools
+
+    g = bf.view(data)
+    devices = [f"acc{i}" for i in range(g.k)] + (["cpu0"] if g.l else [])
+    best = None
+    for combo in itertools.product(devices, repeat=len(g.ids)):
+        a = dict(zip(g.ids, combo))
+        if not bf.respects_constraints(data, a) or not bf.is_convex(data, a):
+            continue
+        try:
+            val = bf._latency(data, a, bf.pieces(data, a))
+        except bf.PieceCycle:
+            continue
+        best = val if best is None else min(best, val)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_latency_ip_matches_bruteforce(seed):
+    data = bf.random_workload(seed, n_range=(2, 5), k_range=(1, 2), l_range=(0, 1))
+    w = Workload.from_paper_json(data)
+    plan = ip.solve_latency(w, pieces=1, time_limit=30, gap=0.0)
+    best = _brute_latency_one_call(data)
+    if best is None:
+        assert plan.value is None
+        return
+    assert plan.value == pytest.approx(best, rel=1e-6, abs=1e-9)
+    assert evaluate.latency(w, plan.assignment, plan.pieces).value == pytest.approx(plan.value, rel=1e-12)
+    assert evaluate.check(w, plan.assignment) == []
+    assert plan.lower_bound <= plan.value * (1 + 1e-9)
+    more = ip.solve_latency(w, pieces=2, time_limit=30, gap=0.0)
+    assert more.value <= plan.value * (1 + 1e-6) + 1e-9  # more calls per accelerator can only help

@@ -291,6 +291,10 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     cost = w.out_cost
     edges = list(zip(w.edge_src.tolist(), w.edge_dst.tolist()))
 
+    if l == 0 and not (k > 0 and w.supported.all()):
+        return Plan("latency", "ip", "infeasible", None, {}, seconds=time.perf_counter() - start_time,
+                    details={"why": "a node runs on no device: no CPU core and it is not accelerator-supported"
+                             if k else "no devices"})
     ub, start_plan = _latency_upper_bound(w, warm_start, pieces)
     model = mip.Model(sense=mip.MINIMIZE, solver_name=solver.upper() if solver == "cbc" else "highs")
     model.verbose = int(verbose)
@@ -327,36 +331,37 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     def xs(v, s):
         return x.get((v, s), 0)
 
-    # head[v] / tail[v]: longest path into / out of v, each node at its cheapest latency:
-    # every schedule finishes v no earlier than head[v] and ends no earlier than
-    # lat[v] + tail[v] (a call's finish includes all its work).  They bound the variables
-    # and give each big-M its own, smaller value.
+    # head[v]: longest path into v (inclusive), each node at its cheapest latency.  v cannot
+    # finish before it (a call's finish includes all its work, and its inputs come first);
+    # it bounds lat[v] below and shrinks the big-M of "v finishes with its call".  (No
+    # tail bound: lat[v] is its call's finish, which may already include v's successors.)
     cheapest = np.minimum(w.cpu_latency if l > 0 else np.inf, np.where(w.supported, w.acc_latency, np.inf))
-    head, tail = _head_tail(w, cheapest)
-    lat = [model.add_var(lb=float(head[v]), ub=max(float(head[v]), ub - float(tail[v]))) for v in range(n)]
+    head = _head(w, cheapest)
+    lat = [model.add_var(lb=float(head[v]), ub=max(float(head[v]), ub)) for v in range(n)]
     st = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
     fin = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
     senders = sorted({u for u, _ in edges})
     for s in slots:
-        z = {v: model.add_var(lb=0.0, ub=1.0) for v in range(n) if (v, s) in x}
-        for v in z:
+        on_slot = [v for v in range(n) if (v, s) in x]
+        z = {v: model.add_var(lb=0.0, ub=1.0) for v in range(n)}
+        for v in on_slot:
             model += z[v] >= x[v, s]
         cin = {u: model.add_var(lb=0.0, ub=1.0) for u in senders}
         cout = {u: model.add_var(lb=0.0, ub=1.0) for u in senders}
         for u, t in edges:
-            if t in z:
-                model += z[t] <= (z[u] if u in z else 0)
+            model += z[t] <= z[u]
+            if (t, s) in x:
                 model += z[t] <= xs(t, s) - xs(u, s) + 1
             if (t, s) in x:
                 model += cin[u] >= xs(t, s) - xs(u, s)
             if (u, s) in x:
                 model += cout[u] >= xs(u, s) - xs(t, s)
         for u in senders:
-            model += st[s] >= lat[u] - (1 - cin[u]) * (ub - float(tail[u]))
-        work = mip.xsum(w.acc_latency[v] * x[v, s] for v in z)
+            model += st[s] >= lat[u] - (1 - cin[u]) * ub
+        work = mip.xsum(w.acc_latency[v] * x[v, s] for v in on_slot)
         comm = mip.xsum(cost[u] * (cin[u] + cout[u]) for u in senders if cost[u] > 0)
         model += fin[s] == st[s] + work + comm
-        for v in z:
+        for v in on_slot:
             model += lat[v] >= fin[s] - (1 - x[v, s]) * max(0.0, ub - float(head[v]))
     for v in range(n):
         if l > 0:
@@ -374,9 +379,9 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
                 if (v, (d, 0)) in x:
                     model += x[v, (d, 0)] <= mip.xsum(x[u, (d - 1, 0)] for u in range(n)
                                                       if pos[u] < pos[v] and (u, (d - 1, 0)) in x)
-    T = model.add_var(lb=float((head + tail).max(initial=0.0)), ub=ub)
+    T = model.add_var(lb=float(head.max(initial=0.0)), ub=ub)
     for v in range(n):
-        model += T >= lat[v] + float(tail[v])
+        model += T >= lat[v]
     model.objective = T
     if start_plan is not None:
         a, pc = start_plan
@@ -420,18 +425,13 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
                 pieces=piece_of, details={**details, "ip_objective": model.objective_value})
 
 
-def _head_tail(w: Workload, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Longest weighted path ending at each node (inclusive) and leaving it (exclusive)."""
+def _head(w: Workload, weight: np.ndarray) -> np.ndarray:
+    """Longest weighted path ending at each node, the node included."""
     head = weight.astype(np.float64).copy()
-    tail = np.zeros(w.n)
-    order = w.topological_order
-    for v in order:
+    for v in w.topological_order:
         for u in w.predecessors[v]:
             head[v] = max(head[v], head[u] + weight[v])
-    for v in reversed(order):
-        for t in w.successors[v]:
-            tail[v] = max(tail[v], weight[t] + tail[t])
-    return head, tail
+    return head
 
 
 def _slot_of(w: Workload, assignment: dict[int, str], pieces: dict[int, int], v: int):
