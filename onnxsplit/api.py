@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import OnnxsplitError, SplitError
+from .errors import OnnxsplitError
 from .plan import Plan, read_split
 from .workload import Workload
 
@@ -106,18 +106,7 @@ def evaluate_split(workload: Workload, assignment: dict[int, str], objective: st
 
     if objective not in OBJECTIVES:
         raise OnnxsplitError(f"unknown objective '{objective}' (choose from {', '.join(OBJECTIVES)})")
-    counts = {"acc": workload.num_accelerators, "cpu": workload.num_cpus}
-    needed = dict(counts)
-    for dev in assignment.values():
-        kind, num = dev[:3], dev[3:]
-        if kind not in counts or not num.isdigit():
-            raise SplitError(f"unknown device '{dev}' (devices are acc0.., cpu0..)")
-        needed[kind] = max(needed[kind], int(num) + 1)
-    violations = [f"devices: the split uses {needed[kind]} {label}, the workload has {counts[kind]}"
-                  for kind, label in (("acc", "accelerators"), ("cpu", "CPU cores")) if needed[kind] > counts[kind]]
-    scored_on = workload
-    if violations:
-        scored_on = workload.replace(num_accelerators=needed["acc"], num_cpus=needed["cpu"])
+    scored_on, violations = evaluate.widened(workload, assignment)
     result = evaluate.score(scored_on, assignment, objective)
     violations += evaluate.check(scored_on, assignment)
     return {

@@ -276,7 +276,7 @@ class Workload:
 
     @cached_property
     def topological_order(self) -> tuple[int, ...]:
-        order = _kahn(self.n, self.successors)
+        order = topological_sort(self.n, self.successors)
         assert order is not None  # validated acyclic in __post_init__
         return tuple(order)
 
@@ -373,7 +373,8 @@ def _parse(data: Any) -> Workload:
     )
 
 
-def _kahn(n: int, succ: Iterable[Iterable[int]]) -> list[int] | None:
+def topological_sort(n: int, succ: Iterable[Iterable[int]]) -> list[int] | None:
+    """Kahn's algorithm with a stack (depth-first-ish, as the reference does); None on a cycle."""
     succ = list(succ)
     indeg = [0] * n
     for s in succ:
@@ -397,7 +398,7 @@ def _find_cycle(nodes, edges) -> list[int] | None:
     succ: list[list[int]] = [[] for _ in nodes]
     for e in edges:
         succ[index[e.source]].append(index[e.dest])
-    if _kahn(len(nodes), succ) is not None:
+    if topological_sort(len(nodes), succ) is not None:
         return None
     color = [0] * len(nodes)  # 0 new, 1 on stack, 2 done
     for root in range(len(nodes)):

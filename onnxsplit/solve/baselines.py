@@ -43,9 +43,9 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from ..errors import SolveError, SplitError
+from ..errors import SolveError
 from ..plan import Plan
-from ..workload import Workload
+from ..workload import Workload, topological_sort
 from . import evaluate, preprocess
 
 BOTH = ("throughput", "latency")
@@ -171,16 +171,7 @@ def _given(workload: Workload, objective: str, assignment: dict[int, str], start
     bert24 latency expert split uses 6 accelerators of 5) is scored on a widened device set
     and reported infeasible, rather than refused."""
     assignment = {int(k): v for k, v in assignment.items()}
-    counts = {"acc": workload.num_accelerators, "cpu": workload.num_cpus}
-    needed = dict(counts)
-    for dev in assignment.values():
-        kind, num = dev[:3], dev[3:]
-        if kind not in counts or not num.isdigit():
-            raise SplitError(f"unknown device '{dev}' (devices are acc0.., cpu0..)")
-        needed[kind] = max(needed[kind], int(num) + 1)
-    extra = [f"devices: the split uses {needed[kind]} {label}, the workload has {counts[kind]}"
-             for kind, label in (("acc", "accelerators"), ("cpu", "CPU cores")) if needed[kind] > counts[kind]]
-    scored_on = workload.replace(num_accelerators=needed["acc"], num_cpus=needed["cpu"]) if extra else workload
+    scored_on, extra = evaluate.widened(workload, assignment)
     plan = finish(scored_on, objective, "given", assignment, start)
     if extra:
         plan.details["violations"] = extra + plan.details["violations"]
@@ -221,21 +212,8 @@ def inseparable_blocks(workload: Workload) -> Blocks:
     for s, d in sorted(c.artificial):
         if not back[s] and not back[d] and block_of_super[s] != block_of_super[d]:
             succ[block_of_super[s]][int(block_of_super[d])] = None
-    indeg = [0] * nb
-    for b in range(nb):
-        for x in succ[b]:
-            indeg[x] += 1
-    # depth-first-ish: a stack of ready blocks, as the reference does
-    stack = [b for b in range(nb) if indeg[b] == 0]
-    order = []
-    while stack:
-        b = stack.pop()
-        order.append(b)
-        for x in succ[b]:
-            indeg[x] -= 1
-            if indeg[x] == 0:
-                stack.append(x)
-    if len(order) != nb:
+    order = topological_sort(nb, succ)  # depth-first-ish, as the reference does
+    if order is None:
         raise SolveError("internal error: the blocks of the greedy form a cycle")
     arr = [np.array(m, dtype=np.int64) for m in members]
     return Blocks(
