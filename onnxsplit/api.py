@@ -95,6 +95,33 @@ def _latency_warm_start(workload: Workload) -> dict[int, str] | None:
     return best
 
 
+COMPARED = ("dp", "dp_linear", "ip", "greedy", "local_search", "pipedream", "scotch", "metis",
+            "one_accelerator", "all_cpu", "ort_default", "hetero_greedy")
+
+
+def compare(workload: Workload, objective: str = "throughput", *, time_limit: float = 60.0,
+            methods: tuple[str, ...] | None = None) -> dict:
+    """Every method's plan on one workload, and the best proven lower bound among them.
+
+    A method that cannot run (e.g. too many ideals for the DP, a missing partitioner) is
+    listed with its one-line reason instead of a plan.
+    """
+    rows = []
+    for method in methods or COMPARED:
+        if objective not in METHODS.get(method, ()):
+            continue
+        try:
+            plan = solve(workload, objective, method, time_limit=time_limit)
+        except OnnxsplitError as e:
+            rows.append({"method": method, "error": str(e)})
+            continue
+        rows.append({"method": method, "plan": plan})
+    bounds = [r["plan"].lower_bound for r in rows if "plan" in r and r["plan"].lower_bound is not None
+              and not r["plan"].details.get("contiguous")]
+    best_bound = max(bounds) if bounds else None
+    return {"objective": objective, "best_lower_bound": best_bound, "rows": rows}
+
+
 def evaluate_split(workload: Workload, assignment: dict[int, str], objective: str = "throughput") -> dict:
     """Score an assignment and list its violations.
 

@@ -27,6 +27,7 @@ examples:
   onnxsplit solve workload.json --method local_search --seed 1
   onnxsplit solve workload.json --objective latency --method greedy
   onnxsplit solve workload.json --method given --split expert.json
+  onnxsplit compare workload.json                     every method, against the best proven bound
   onnxsplit evaluate workload.json split.json         score a split (e.g. a human expert's)
   onnxsplit evaluate workload.json split.json --objective latency
 """
@@ -73,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     ipg.add_argument("--no-warm-start", action="store_true", help="do not start from a DP/greedy plan")
     s.add_argument("-o", "--output", metavar="PLAN.json", help="also write the plan (the JSON object) here")
 
+    c = sub.add_parser("compare", parents=[out], help="every method on one workload, against the best bound",
+                       description="Run every method on one workload and print their values beside the best "
+                                   "proven lower bound (how far each is from the optimum at most).")
+    c.add_argument("workload", help="workload JSON (the paper's format)")
+    c.add_argument("--objective", default="throughput", choices=["throughput", "latency"])
+    c.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="for the integer program (default 60)")
+
     e = sub.add_parser("evaluate", parents=[out], help="score a given split",
                        description="Score a split file (paper format or a plan's JSON) and list its violations.")
     e.add_argument("workload", help="workload JSON (the paper's format)")
@@ -89,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import OnnxsplitError
 
     try:
-        return {"solve": _solve, "evaluate": _evaluate}[args.command](args)
+        return {"solve": _solve, "evaluate": _evaluate, "compare": _compare}[args.command](args)
     except OnnxsplitError as e:
         print(f"onnxsplit: error: {e}", file=sys.stderr)
         return 2
@@ -161,6 +169,35 @@ def _print_plan(workload, plan) -> None:
         if workload.num_accelerators and workload.supported.all() else None
     if single is not None and plan.value > 0 and plan.objective == "throughput":
         print(f"  one accelerator alone: {single:.6g} ({single / plan.value:.2f}x slower)")
+
+
+def _compare(args) -> int:
+    from . import api
+
+    workload = api.load_workload(args.workload)
+    result = api.compare(workload, args.objective, time_limit=args.time_limit)
+    bound = result["best_lower_bound"]
+    if args.json:
+        rows = [{"method": r["method"], "error": r["error"]} if "error" in r else r["plan"].to_json()
+                for r in result["rows"]]
+        print(json.dumps({"objective": args.objective, "best_lower_bound": bound, "methods": rows}))
+        return 0
+    print(f"{args.objective}: {workload.n} nodes, {workload.num_accelerators} accelerators, "
+          f"{workload.num_cpus} CPU cores; best proven lower bound: {bound:.6g}" if bound is not None else
+          f"{args.objective}: no method proved a lower bound")
+    print(f"  {'method':<16} {'status':<11} {'value':>12} {'vs bound':>9} {'seconds':>8}")
+    for r in result["rows"]:
+        if "error" in r:
+            print(f"  {r['method']:<16} {'-':<11} {'-':>12} {'-':>9} {'-':>8}  {r['error']}")
+            continue
+        p = r["plan"]
+        value = f"{p.value:>12.6g}" if p.value is not None else f"{'-':>12}"
+        versus = f"{p.value / bound - 1:>+9.1%}" if p.value is not None and bound else f"{'-':>9}"
+        note = "  (breaks: " + p.details["violations"][0] + ")" if p.details.get("violations") else ""
+        if p.details.get("contiguous") and p.status == "optimal":
+            note = "  (optimal among contiguous pipelines)"
+        print(f"  {r['method']:<16} {p.status:<11} {value} {versus} {p.seconds:>8.2f}{note}")
+    return 0
 
 
 def _evaluate(args) -> int:

@@ -84,3 +84,20 @@ def test_help_is_fast_and_imports_no_solver():
            "print('numba' in sys.modules, 'numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False False"
+
+
+def test_compare_lists_every_method_against_one_bound(capsys, diamond_file):
+    rc, out, _ = run(capsys, "compare", diamond_file, "--json", "--time-limit", "10")
+    assert rc == 0
+    obj = json.loads(out)
+    methods = {m["method"]: m for m in obj["methods"]}
+    assert {"dp", "ip", "greedy", "local_search", "one_accelerator"} <= methods.keys()
+    bound = obj["best_lower_bound"]
+    w = Workload.from_paper_json(diamond_file)
+    for m in methods.values():
+        if m.get("value") is not None and m["status"] != "infeasible":
+            # the bound holds for every valid plan, and each value is the evaluator's
+            assert m["value"] >= bound * (1 - 1e-9)
+            assignment = {int(k): v for k, v in m["assignment"].items()}
+            assert evaluate.max_load(w, assignment).value == pytest.approx(m["value"])
+    assert methods["ip"]["value"] == pytest.approx(bound, rel=0.01)
