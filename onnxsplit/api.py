@@ -79,13 +79,15 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
 
 
 def _latency_warm_start(workload: Workload) -> dict[int, str] | None:
-    """The better latency of the paper's greedy and the max-load DP's split, if valid."""
-    from .solve import baselines, dp, evaluate
+    """The best valid latency among the quick plans: the paper's greedy, HETERO's greedy,
+    and the splits of the max-load DP, its linearized variant and PipeDream."""
+    from .solve import evaluate
 
     best, best_value = None, float("inf")
-    for make in (lambda: baselines.solve(workload, "greedy", "latency"), lambda: dp.solve(workload)):
+    for method, objective in (("greedy", "latency"), ("hetero_greedy", "latency"), ("dp", "throughput"),
+                              ("dp_linear", "throughput"), ("pipedream", "throughput")):
         try:
-            plan = make()
+            plan = solve(workload, objective, method)
         except OnnxsplitError:
             continue
         if plan.assignment and not evaluate.check(workload, plan.assignment):

@@ -164,7 +164,19 @@ def merge_zero_latency(c: Contracted) -> Contracted:
     memory -- or memory can never bind (all sizes together fit one accelerator), or the
     neighbour's class is CPU-only anyway.
     """
-    never_binds = float(c.workload.size.sum()) <= c.workload.accelerator_memory
+    return _merge_zero_latency(c, allow_memory=False)
+
+
+def merge_zero_latency_like_reference(c: Contracted) -> Contracted:
+    """The merge with the reference's tolerance for memory: a zero-latency node that holds
+    memory joins its neighbour too.  Not exact (memory may then bind where it need not),
+    but it keeps the lattice as small as the reference's; the DP uses it only when the
+    exact merge leaves too many ideals, and then does not claim optimality."""
+    return _merge_zero_latency(c, allow_memory=True)
+
+
+def _merge_zero_latency(c: Contracted, allow_memory: bool) -> Contracted:
+    never_binds = allow_memory or float(c.workload.size.sum()) <= c.workload.accelerator_memory
     while True:
         target = _zero_latency_candidate(c, never_binds)
         if target is None:
@@ -213,12 +225,15 @@ def _zero_latency_candidate(c: Contracted, never_binds: bool) -> tuple[int, int]
     return None
 
 
-def for_dp(workload: Workload) -> Contracted:
-    """All passes, in the reference's order; checks what the DP relies on."""
+def for_dp(workload: Workload, like_reference: bool = False) -> Contracted:
+    """All passes, in the reference's order; checks what the DP relies on.
+
+    ``like_reference``: merge memory-holding zero-latency nodes too (see
+    :func:`merge_zero_latency_like_reference`)."""
     c = contract_color_classes(initial(workload))
     c = add_orphan_standins(c)
     c = fuse_forward_sccs(c)
-    c = merge_zero_latency(c)
+    c = merge_zero_latency_like_reference(c) if like_reference else merge_zero_latency(c)
     labels_fwd = {int(c.label[i]) for i in range(c.size) if not c.backward[i]}
     if any(int(c.label[i]) not in labels_fwd for i in range(c.size) if c.backward[i]):
         raise SolveError("a backward colour class still has no forward partner after preprocessing")
