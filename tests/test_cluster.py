@@ -11,6 +11,7 @@ import pytest
 from onnx import helper
 
 from onnx_models import TINY_BERT, TINY_BERT_SHAPES, make, mlp, save, vi, weight
+from onnxsplit.cli import main
 from onnxsplit.cluster import Cluster, quantity
 from onnxsplit.errors import ClusterError
 from onnxsplit.graph import OpGraph
@@ -122,6 +123,17 @@ def test_invalid_specs_name_the_field(tmp_path, data, words):
     assert all(w in msg for w in words), msg
 
 
+def test_cli_devices(capsys, tmp_path):
+    assert main(["devices"]) == 0
+    out, _ = capsys.readouterr()
+    assert json.loads(out)["devices"][0]["class"] == "cpu"
+    bad = spec(tmp_path, {"devices": [{**GPU, "memory": None}]})
+    assert main(["devices", "--check", str(bad)]) == 2
+    _, err = capsys.readouterr()
+    assert err.startswith("onnxsplit: error: ") and "memory" in err and err.count("\n") == 1
+    assert main(["devices", "--check", str(tmp_path / "none.json")]) == 2
+    _, err = capsys.readouterr()
+    assert "does not exist" in err
 
 
 # ------------------------------------------------------------------ cost model

@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 
 from onnx_models import TINY_BERT, TINY_BERT_SHAPES, control_flow, mlp, save, shared_weight
+from onnxsplit.cli import main
 from onnxsplit.errors import ModelError, ProfileError
 from onnxsplit.graph import OpGraph
 from onnxsplit.profile import costmodel, measure, model_hash, profile
@@ -193,8 +194,36 @@ def test_fallback_to_cpu_means_unsupported():
     assert r.providers() == ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
 
+def test_cli_profile(tmp_path, capsys, mlp_path):
+    out = tmp_path / "p.json"
+    rc = main(["profile", str(mlp_path), "-o", str(out), "--repeats", "3", "--quiet"])
+    o, err = capsys.readouterr()
+    assert rc == 0 and err == ""
+    assert "measured now" in o and "CPUExecutionProvider" in o and "ratio" in o
+    rc = main(["profile", str(mlp_path), "-o", str(out), "--quiet", "--json"])
+    o, err = capsys.readouterr()
+    obj = json.loads(o)
+    assert rc == 0 and obj["measured"] == [] and len(obj["entries"]) == 1
+    assert math.isclose(sum(t["median_ms"] for t in obj["entries"][0]["nodes"].values()),
+                        ProfileFile.load(out).entries[0].node_sum_ms())
 
 
+def test_cli_profile_errors_are_one_line(tmp_path, capsys):
+    path = str(TINY_BERT)
+    for argv, words in [
+        (["profile", path, "--input-shape", "input_ids"], ["NAME=DIMS"]),
+        (["profile", path, "--input-shape", "input_ids=1xb"], ["non-negative integers"]),
+        (["profile", path, "--input-shape", "input_ids=1x8", "--input-shape", "input_ids=1x8"],
+         ["twice"]),
+        (["profile", path, "--input-shape", "input_ids=1x8"], ["attention_mask", "--input-shape"]),
+        (["profile", path, "--input-shape", "nope=1x8"], ["nope", "not an input"]),
+        (["profile", str(tmp_path / "missing.onnx")], ["does not exist"]),
+    ]:
+        rc = main(argv + ["--quiet", "-o", str(tmp_path / "p.json")])
+        _, err = capsys.readouterr()
+        assert rc == 2, argv
+        assert err.startswith("onnxsplit: error: ") and err.count("\n") == 1, err
+        assert all(w in err for w in words), err
 
 
 def test_progress_bar_on_stderr_unless_quiet(tmp_path, capsys, monkeypatch):
