@@ -60,6 +60,7 @@ def profile(
     force: bool = False,
     quiet: bool = False,
     threads: int = 1,
+    rounds: int = 2,
 ) -> ModelProfile:
     """Profile ``path`` on ``providers`` (default: every EP present) and return every entry
     the cache file holds for the model (entries from other machines included).
@@ -67,10 +68,14 @@ def profile(
     ``cache``: a profile file to read and update (default: :func:`default_cache`); pass
     ``False`` to neither read nor write one.  ``force`` re-measures even on a cache hit.
     ``group`` times identical single-node models once.  ``repeats`` timed runs per node
-    (nodes under a millisecond get five times as many), after ``warmup`` runs.
+    (nodes under a millisecond get five times as many) in ``rounds`` rounds over the
+    graph, each after ``warmup`` runs; the whole model's ``repeats`` runs are interleaved
+    with the nodes'.
     """
-    if repeats < 1 or warmup < 0:
-        raise ProfileError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    if repeats < 1 or warmup < 0 or rounds < 1:
+        raise ProfileError(f"repeats and rounds must be >= 1 and warmup >= 0, got {repeats}, "
+                           f"{rounds} and {warmup}")
+    rounds = min(rounds, repeats)
     present = available_providers()
     eps = list(dict.fromkeys(providers)) if providers else present
     for ep in eps:
@@ -82,7 +87,8 @@ def profile(
         Path(cache) if cache else default_cache(key))
     todo = [ep for ep in eps if force or store.find(key, device_key(ep, threads)) is None]
     if todo:
-        for entry in _measure(Path(path), bound, key, todo, repeats, warmup, group, quiet, threads):
+        for entry in _measure(Path(path), bound, key, todo, repeats, warmup, group, quiet, threads,
+                              rounds):
             store.put(entry)
         if cache is not False:
             store.save()
@@ -90,7 +96,7 @@ def profile(
 
 
 def _measure(path: Path, bound, key: str, eps: list[str], repeats: int, warmup: int,
-             group: bool, quiet: bool, threads: int) -> list[Entry]:
+             group: bool, quiet: bool, threads: int, rounds: int) -> list[Entry]:
     import numpy as np
     import onnxruntime as ort
 
@@ -113,18 +119,30 @@ def _measure(path: Path, bound, key: str, eps: list[str], repeats: int, warmup: 
             raise ProfileError(f"{ep} cannot build a session for the whole model: "
                                f"{_one_line(e)}") from None
         overheads = runner.overheads(warmup, repeats)
-        half = max(repeats // 2, 1)
-        before = runner.time(whole_sess, feeds, warmup, half)
-        bar = _progress(len(graph.nodes), f"{_short(ep)} nodes", quiet)
+        # whole-model runs are spread over the node timings so both see the same machine
+        whole_run = runner.bind(whole_sess, feeds)
+        for _ in range(max(warmup, 1)):
+            whole_run()
+        whole_samples = [measure.sample(whole_run, 1 if repeats == 1 else 2)[-1:]]
+
+        def between(step: int, steps: int) -> None:
+            while len(whole_samples) < 1 + step * (repeats - 1) // steps:
+                # a model of a few ms or less runs in a burst: its caches warm up again
+                # after the node timings in between, like the nodes' own repeated runs
+                burst = min(50, max(1, int(0.01 / max(whole_samples[0].min(), 1e-6))))
+                whole_samples.append(measure.sample(whole_run, burst)[burst // 2:])
+
+        bar = _progress(len(graph.nodes) * rounds, f"{_short(ep)}: {len(graph.nodes)} nodes x "
+                        f"{rounds} rounds", quiet)
         try:
             nodes = measure.profile_nodes(runner, model, graph, values, warmup=warmup,
                                           repeats=repeats, group=group, overheads=overheads,
-                                          progress=bar.update)
+                                          rounds=rounds, progress=bar.update, between=between)
         finally:
             bar.close()
-        after = runner.time(whole_sess, feeds, 1, max(repeats - half, 1))
-        del whole_sess
-        both = measure.Timing.of(np.concatenate([before.samples, after.samples]))
+        between(1, 1)
+        del whole_sess, whole_run
+        both = measure.Timing.of(np.concatenate(whole_samples))
         whole = {"median": round(1e3 * both.median, 6), "p10": round(1e3 * both.p10, 6),
                  "p90": round(1e3 * both.p90, 6), "runs": both.runs, "ep_share": round(share, 4)}
         distinct = len({t.same_as or name for name, t in nodes.items()})
@@ -135,7 +153,7 @@ def _measure(path: Path, bound, key: str, eps: list[str], repeats: int, warmup: 
             model={"path": str(path), "nodes": len(graph.nodes), "distinct_node_models": distinct},
             device={"hardware": describe(ep), "threads": threads, "host": platform.node(),
                     "onnxruntime": ort.__version__, "numpy": np.__version__},
-            settings={"repeats": repeats, "warmup": warmup, "grouped": group,
+            settings={"repeats": repeats, "warmup": warmup, "rounds": rounds, "grouped": group,
                       "graph_optimization": "disabled", "inputs": "random floats in [0, 1), "
                                                                    "ones for integers"},
             measured_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -267,7 +267,7 @@ class Runner:
         wanted = list(names) if names is not None else list(where)
         return [n for n in wanted if where.get(n, self.ep) != self.ep]
 
-    def _bind(self, sess, feeds: Mapping[str, object]):
+    def bind(self, sess, feeds: Mapping[str, object]):
         """A zero-argument callable running ``sess`` once on ``feeds``."""
         plain = all(isinstance(v, np.ndarray) and v.dtype != object for v in feeds.values())
         outs = [o.name for o in sess.get_outputs()]
@@ -297,7 +297,7 @@ class Runner:
         """Median and spread of ``repeats`` timed runs after ``warmup`` runs; runs under a
         millisecond get five times as many; with ``budget_s``, a slow node gets no more
         runs than fit in it (at least 3)."""
-        run = self._bind(sess, feeds)
+        run = self.bind(sess, feeds)
         clock = time.perf_counter
         t = clock()
         run()
@@ -308,12 +308,7 @@ class Runner:
         n = repeats if first > _FAST_S else min(max(repeats, 1) * 5, 200)
         if slow:
             n = min(n, max(3, int(budget_s / max(first, 1e-9))))
-        samples = np.empty(max(n, 1))
-        for i in range(len(samples)):
-            t = clock()
-            run()
-            samples[i] = clock() - t
-        return Timing.of(samples)
+        return Timing.of(sample(run, max(n, 1)))
 
     def overheads(self, warmup: int, repeats: int) -> tuple[float, float]:
         """(cost of one ``run`` call of a one-node model, cost of one more node in a graph),
@@ -337,6 +332,17 @@ class Runner:
         return call, per_node
 
 
+def sample(run: Callable[[], object], n: int) -> np.ndarray:
+    """Seconds taken by each of ``n`` calls of ``run``."""
+    clock = time.perf_counter
+    out = np.empty(n)
+    for i in range(n):
+        t = clock()
+        run()
+        out[i] = clock() - t
+    return out
+
+
 def whole_model(runner: Runner, model: onnx.ModelProto, feeds: Mapping[str, object]):
     """A session for the whole model on the runner's EP and the share of nodes it kept."""
     sess = runner.session(model)
@@ -347,26 +353,57 @@ def whole_model(runner: Runner, model: onnx.ModelProto, feeds: Mapping[str, obje
 
 def profile_nodes(runner: Runner, model: onnx.ModelProto, graph: OpGraph,
                   values: Mapping[str, object], *, warmup: int, repeats: int, group: bool,
-                  overheads: tuple[float, float],
-                  progress: Callable[[int], None] | None = None) -> dict[str, NodeTiming]:
-    """Time every node of ``graph`` alone (identical single-node models once)."""
+                  overheads: tuple[float, float], rounds: int = 2,
+                  progress: Callable[[int], None] | None = None,
+                  between: Callable[[int, int], None] | None = None) -> dict[str, NodeTiming]:
+    """Time every node of ``graph`` alone (identical single-node models once).
+
+    Every distinct node is timed in ``rounds`` rounds over the whole graph, each with a
+    fresh session, warm-up and its share of the ``repeats``; the median and percentiles
+    are taken over all its samples.  A burst of noise from a shared machine then spoils
+    part of a node's samples rather than all of them.  ``progress(n)`` is called with the
+    number of nodes each timing stands for, ``between(step, steps)`` after each timing
+    (the caller interleaves whole-model runs with the nodes').
+    """
     call, per_node = overheads
     weights = weights_by_name(model)
     groups: dict[object, list[OpNode]] = {}
     for n in graph.nodes:
         key = group_key(model, graph, n, values, weights) if group else None
         groups.setdefault(key if key is not None else ("node", n.name), []).append(n)
+    rounds = max(1, min(rounds, repeats))
+    share = math.ceil(repeats / rounds)
+    samples: dict[object, list[np.ndarray]] = {}
+    failed: dict[object, NodeTiming] = {}
+    steps, step = rounds * len(groups), 0
+    for _ in range(rounds):
+        for key, members in groups.items():
+            if key not in failed:
+                got = _time_node(runner, model, graph, members[0], values, weights, warmup,
+                                 share, NODE_BUDGET_S / rounds)
+                if isinstance(got, NodeTiming):
+                    failed[key] = got
+                else:
+                    samples.setdefault(key, []).append(got.samples)
+            step += 1
+            if progress is not None:
+                progress(len(members))
+            if between is not None:
+                between(step, steps)
     out: dict[str, NodeTiming] = {}
-    for members in groups.values():
+    for key, members in groups.items():
         first = members[0]
-        timing = _time_node(runner, model, graph, first, values, weights, warmup, repeats,
-                            call, per_node)
+        if key in failed:
+            f = failed[key]
+            timing = NodeTiming(first.op_type, f.supported, error=f.error)
+        else:
+            t = Timing.of(np.concatenate(samples[key]))
+            timing = NodeTiming(first.op_type, True, _ms(t.median, call, per_node),
+                                _ms(t.p10, call, per_node), _ms(t.p90, call, per_node))
         for n in members:
-            same = None if n is first else first.name
             out[n.name] = NodeTiming(n.op_type, timing.supported, timing.median_ms, timing.p10_ms,
-                                     timing.p90_ms, same_as=same, error=timing.error)
-        if progress is not None:
-            progress(len(members))
+                                     timing.p90_ms, same_as=None if n is first else first.name,
+                                     error=timing.error)
     return {n.name: out[n.name] for n in graph.nodes}
 
 
@@ -374,8 +411,9 @@ def _ms(seconds: float, call: float, per_node: float) -> float:
     return round((max(seconds - call, 0.0) + per_node) * 1e3, 6)
 
 
-def _time_node(runner, model, graph, opnode, values, weights, warmup, repeats, call,
-               per_node) -> NodeTiming:
+def _time_node(runner, model, graph, opnode, values, weights, warmup, repeats,
+               budget_s) -> Timing | NodeTiming:
+    """The node's timing, or a NodeTiming saying why it has none."""
     try:
         nm = node_model(model, graph, opnode, values, weights)
     except ProfileError as e:
@@ -392,9 +430,7 @@ def _time_node(runner, model, graph, opnode, values, weights, warmup, repeats, c
         return NodeTiming(opnode.op_type, False,
                           error=f"{runner.ep} does not take it (onnxruntime falls back to the CPU)")
     try:
-        t = runner.time(sess, nm.feeds, warmup, repeats, budget_s=NODE_BUDGET_S)
+        return runner.time(sess, nm.feeds, warmup, repeats, budget_s=budget_s)
     except Exception as e:
         supported = runner.ep == devices.CPU_EP
         return NodeTiming(opnode.op_type, supported, error=f"run failed: {shapes._one_line(e)}")
-    return NodeTiming(opnode.op_type, True, _ms(t.median, call, per_node),
-                      _ms(t.p10, call, per_node), _ms(t.p90, call, per_node))
