@@ -22,6 +22,10 @@ accelerators (with their memory) and CPU cores.
 
 EPILOG = """\
 examples:
+  onnxsplit profile model.onnx --input-shape input_ids=1x128 -o profile.json
+                                                      time every operator on each device
+  onnxsplit workload model.onnx --input-shape input_ids=1x128 --devices cluster.json \\
+      --profile profile.json -o workload.json         an ONNX model as a workload
   onnxsplit solve workload.json                       optimal contiguous pipeline (DP)
   onnxsplit solve workload.json --json                the same, as one JSON object
   onnxsplit solve workload.json --method local_search --seed 1
@@ -81,6 +85,58 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--objective", default="throughput", choices=["throughput", "latency"])
     c.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="for the integer program (default 60)")
 
+    model = argparse.ArgumentParser(add_help=False)
+    model.add_argument("model", help="ONNX model file (weights may be in external data files)")
+    model.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                       help="bind an input's shape, e.g. input_ids=1x128 (repeat per input); "
+                            "needed for inputs with dynamic dimensions")
+    model.add_argument("--repeats", type=int, default=10, metavar="N",
+                       help="timed runs per operator (operators under 1 ms get 5x as many; default 10)")
+    model.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    pr = sub.add_parser("profile", parents=[model, out], help="time every operator of an ONNX model",
+                        description="Time every operator of an ONNX model alone, on one CPU thread "
+                                    "and on every accelerator execution provider present, and "
+                                    "compare the sum with the whole model's time. Results are "
+                                    "cached in the profile file by model hash and device: asking "
+                                    "again runs nothing.")
+    pr.add_argument("-o", "--output", metavar="PROFILE.json",
+                    help="profile file to read and add to (default: a per-user cache file, "
+                         "$ONNXSPLIT_CACHE_DIR or ~/.cache/onnxsplit)")
+    pr.add_argument("--providers", metavar="EP,...",
+                    help="execution providers to profile (default: every one present)")
+    pr.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed runs first (default 2)")
+    pr.add_argument("--no-group", action="store_true",
+                    help="time every operator, even ones identical to an operator already timed")
+    pr.add_argument("--force", action="store_true", help="measure again even if the file has it")
+
+    wl = sub.add_parser("workload", parents=[model], help="turn an ONNX model into a workload",
+                        description="Build the paper's workload JSON for an ONNX model on a "
+                                    "cluster: CPU latencies measured, accelerator latencies "
+                                    "measured where its execution provider is present or "
+                                    "profiled, else estimated from its peak FLOP/s and memory "
+                                    "bandwidth; transfer costs from the link's latency and "
+                                    "bandwidth.")
+    wl.add_argument("--devices", metavar="CLUSTER.json",
+                    help="cluster spec, JSON or YAML (default: this machine; see 'onnxsplit devices')")
+    wl.add_argument("--profile", metavar="PROFILE.json",
+                    help="profile file to use and add missing measurements to (default: the cache)")
+    wl.add_argument("--accelerator", metavar="NAME",
+                    help="the cluster's accelerator device to use, when it has several")
+    wl.add_argument("--shared-weights", default="first", choices=["first", "each", "color"],
+                    help="a weight read by several operators counts toward the memory of: the "
+                         "first reader (default), every reader, or the first with all readers "
+                         "tied into one colour class")
+    wl.add_argument("--activations", default="outputs", choices=["outputs", "none"],
+                    help="add each operator's output bytes to its memory size (default) or not")
+    wl.add_argument("-o", "--output", metavar="WORKLOAD.json",
+                    help="write the workload here (default: print it)")
+
+    dv = sub.add_parser("devices", help="print this machine's cluster spec",
+                        description="Print this machine's devices and links as a cluster spec "
+                                    "(JSON): a starting point for --devices.")
+    dv.add_argument("--check", metavar="CLUSTER.json", help="read and validate a cluster file instead")
+
     e = sub.add_parser("evaluate", parents=[out], help="score a given split",
                        description="Score a split file (paper format or a plan's JSON) and list its violations.")
     e.add_argument("workload", help="workload JSON (the paper's format)")
@@ -97,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import OnnxsplitError
 
     try:
-        return {"solve": _solve, "evaluate": _evaluate, "compare": _compare}[args.command](args)
+        return {"solve": _solve, "evaluate": _evaluate, "compare": _compare, "profile": _profile,
+                "workload": _workload, "devices": _devices}[args.command](args)
     except OnnxsplitError as e:
         print(f"onnxsplit: error: {e}", file=sys.stderr)
         return 2
@@ -219,6 +276,78 @@ def _evaluate(args) -> int:
             print(f"  - {v}")
     else:
         print("valid: memory, support and colour classes respected")
+    return 0
+
+
+def _profile(args) -> int:
+    from pathlib import Path
+
+    from . import api
+
+    shapes = api.parse_input_shapes(args.input_shape)
+    providers = [p.strip() for p in args.providers.split(",") if p.strip()] if args.providers else None
+    prof = api.profile_model(args.model, shapes, output=args.output, providers=providers,
+                             repeats=args.repeats, warmup=args.warmup, group=not args.no_group,
+                             force=args.force, quiet=args.quiet)
+    if args.json:
+        print(json.dumps({"path": str(prof.path), "model_hash": prof.model_hash,
+                          "measured": list(prof.fresh),
+                          "entries": [e.to_json() for e in prof.entries]}))
+        return 0
+    entries = prof.entries
+    first = entries[0]
+    shapes_txt = " ".join(f"{k}={'x'.join(map(str, v))}" for k, v in prof.input_shapes.items())
+    print(f"{Path(args.model).name}: {first.model.get('nodes', len(first.nodes))} operators"
+          + (f", {shapes_txt}" if shapes_txt else ""))
+    print(f"  {'device':<44} {'sum of operators':>16} {'whole model':>12} {'ratio':>6} {'seconds':>8}")
+    for e in entries:
+        whole = e.whole_model_ms.get("median")
+        total = e.node_sum_ms()
+        ratio = f"{total / whole:.2f}" if whole else "-"
+        unsupported = sum(1 for t in e.nodes.values() if not t.supported)
+        label = f"{e.execution_provider} ({e.hardware})"[:44]
+        how = "measured now" if e.execution_provider in prof.fresh else f"cached {e.measured_at}"
+        print(f"  {label:<44} {total:>13.3f} ms {whole or 0:>9.3f} ms {ratio:>6} {e.seconds:>8.1f}"
+              f"  {how}" + (f", {unsupported} unsupported" if unsupported else ""))
+    print(f"profile file: {prof.path}")
+    return 0
+
+
+def _workload(args) -> int:
+    from collections import Counter
+
+    from . import api
+
+    shapes = api.parse_input_shapes(args.input_shape)
+    w = api.build_workload(args.model, shapes, devices=args.devices, profile=args.profile,
+                           accelerator=args.accelerator, shared_weights=args.shared_weights,
+                           activations=args.activations, repeats=args.repeats, quiet=args.quiet)
+    if not args.output:
+        print(json.dumps(w.to_paper_json()))
+        return 0
+    w.write(args.output)
+    meta = w.extra["onnxsplit"]
+    sources = Counter(f"cpu {n.extra['latencySource']['cpu']}" for n in w.nodes)
+    if w.num_accelerators:
+        sources.update(f"accelerator {n.extra['latencySource']['acc']}" for n in w.nodes)
+    acc = meta["accelerator"]
+    acc_txt = (f"{w.num_accelerators} x {acc['name']} ({acc['memory'] / 2**30:.1f} GiB each)"
+               if acc else "no accelerator")
+    print(f"{args.output}: {w.n} nodes, {len(w.edges)} edges; {acc_txt}, {w.num_cpus} CPU cores")
+    print(f"  total latency: CPU {sum(n.cpu_latency for n in w.nodes):.3f} ms"
+          + (f", accelerator {sum(n.acc_latency for n in w.nodes if n.supported):.3f} ms over "
+             f"{sum(n.supported for n in w.nodes)} supported nodes" if acc else ""))
+    print("  latencies: " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items())))
+    return 0
+
+
+def _devices(args) -> int:
+    from . import api
+
+    cluster = api.load_cluster(args.check)
+    print(json.dumps(cluster.to_json(), indent=1))
+    for note in cluster.notes:
+        print(f"onnxsplit: note: {note}", file=sys.stderr)
     return 0
 
 

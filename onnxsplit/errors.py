@@ -19,3 +19,11 @@ class SolveError(OnnxsplitError):
 
 class ModelError(OnnxsplitError):
     """An ONNX model cannot be imported (unreadable, malformed, unbound shape, unrunnable op)."""
+
+
+class ProfileError(OnnxsplitError):
+    """Profiling failed, or a profile file is malformed or does not match the model."""
+
+
+class ClusterError(OnnxsplitError):
+    """A cluster spec is malformed (names the offending field) or cannot describe a workload."""

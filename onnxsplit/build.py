@@ -1,0 +1,279 @@
+"""OpGraph + profile + cluster -> Workload, in the paper's computational model.
+
+The paper's model is the special case this builds: ``k`` identical accelerators (one
+device class of the cluster, the *accelerator*) with memory ``M`` each, and ``l`` CPU
+cores (the ``cpu`` class).  Per node:
+
+- ``cpuLatency``: the measured single-thread CPU time (ms); where a node could not be
+  timed alone, the CPU roofline's estimate (calibrated on the measured nodes).
+- ``fpgaLatency``: the accelerator's time (ms), measured where the profile holds its
+  execution provider, else estimated by the roofline from the accelerator's peak FLOP/s
+  and memory bandwidth (:mod:`onnxsplit.profile.costmodel`).  Without an accelerator
+  (``k = 0``) it repeats the CPU time.
+- ``supportedOnFpga``: whether the accelerator's EP runs the node (measured), or, for an
+  estimated device, whether the cost model covers the op; ``unsupported_ops`` of the
+  device spec are never supported.
+- ``size`` (bytes): the weights the node reads, plus the data it holds (Constant values,
+  subgraph weights), plus with ``activations="outputs"`` (the default) the bytes of its
+  outputs, which bounds the activation memory of any set of nodes from above.
+  A weight read by several nodes is charged once, to its first reader in topological
+  order (``shared_weights="first"``, the default; memory is undercounted only where its
+  readers end up on different accelerators), to every reader (``"each"``: a safe upper
+  bound) or to the first reader with all readers made one colour class (``"color"``:
+  exact, but ties those nodes to one device).  Weights of at most 64 KiB (shape constants,
+  scalars) are charged to every reader under every policy: copies are cheap and colouring
+  by them would tie most of a network together.
+- ``name``: the ONNX node name; ``extra``: ``opType``, ``latencySource`` (``{"cpu":
+  "measured" | "estimated", "acc": ...}``), ``flops``, ``weightBytes``, ``activationBytes``
+  and, where measured, ``cpuLatencySpread`` ([p10, p90] ms).
+
+Edges: one per (producer, consumer) pair.  The cost ``c(u)`` of node ``u`` is the time to
+move its outputs that other nodes read over the link between the ``cpu`` class and the
+accelerator class: ``sum over those tensors of (latency + bytes / bandwidth)``, in ms.
+Graph inputs have no producer and cost nothing; with no accelerator every cost is 0.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from . import shapes
+from .cluster import Cluster, DeviceSpec
+from .errors import ClusterError, ProfileError
+from .graph import OpGraph
+from .profile import costmodel as cm
+from .profile import devices as dv
+from .profile.store import Entry, ModelProfile
+from .workload import Edge, Node, Workload
+
+SHARED_WEIGHTS = ("first", "each", "color")
+ACTIVATIONS = ("outputs", "none")
+SMALL_WEIGHT_BYTES = shapes.KEEP_WEIGHT_BYTES
+
+
+def choose_accelerator(cluster: Cluster, name: str | None) -> DeviceSpec | None:
+    accs = [d for d in cluster.accelerators if d.count > 0]
+    if name is not None:
+        dev = cluster.device(name)
+        if dev.is_cpu:
+            raise ClusterError(f"'{name}' is the CPU class, not an accelerator")
+        return dev
+    if len(accs) > 1:
+        raise ClusterError(f"{cluster.source} has {len(accs)} accelerator devices "
+                           f"({', '.join(d.name for d in accs)}); the paper's model takes one: "
+                           "choose it with --accelerator NAME")
+    return accs[0] if accs else None
+
+
+def pick_entries(profile: ModelProfile, cpu: DeviceSpec, acc: DeviceSpec | None
+                 ) -> tuple[Entry | None, Entry | None]:
+    """(CPU entry, accelerator entry): this machine's where it has one; the CPU entry from
+    the same host as the accelerator's when that host measured both."""
+    acc_entry = None
+    if acc is not None and acc.execution_provider:
+        acc_entry = profile.entry(acc.execution_provider, hardware=dv.describe(acc.execution_provider))
+    host = acc_entry.device.get("host") if acc_entry is not None and \
+        acc_entry.execution_provider != cpu.execution_provider else None
+    cpu_entry = profile.entry(cpu.execution_provider, host=host,
+                              hardware=dv.describe(cpu.execution_provider))
+    return cpu_entry, acc_entry
+
+
+def build_workload(
+    graph: OpGraph,
+    profile: ModelProfile,
+    cluster: Cluster,
+    *,
+    accelerator: str | None = None,
+    shared_weights: str = "first",
+    activations: str = "outputs",
+) -> Workload:
+    if shared_weights not in SHARED_WEIGHTS:
+        raise ClusterError(f"shared_weights must be one of {', '.join(SHARED_WEIGHTS)}, "
+                           f"got '{shared_weights}'")
+    if activations not in ACTIVATIONS:
+        raise ClusterError(f"activations must be one of {', '.join(ACTIVATIONS)}, got '{activations}'")
+    cpu = cluster.cpu
+    acc = choose_accelerator(cluster, accelerator)
+    cpu_entry, acc_entry = pick_entries(profile, cpu, acc)
+    if cpu_entry is None:
+        raise ProfileError(f"the profile has no {cpu.execution_provider} measurements of this "
+                           "model at these input shapes: run onnxsplit profile")
+    _check_matches(cpu_entry, graph)
+    if acc_entry is not None:
+        _check_matches(acc_entry, graph)
+
+    works = cm.works(graph)
+    cpu_roof = _calibrated(graph, works, cpu_entry)
+    cpu_ms, cpu_src = _latencies(graph, works, cpu_entry, cpu_roof)
+
+    acc_roof = None
+    if acc is None:
+        acc_ms, acc_src = dict(cpu_ms), {n: "none" for n in cpu_ms}
+        supported = {n.name: False for n in graph.nodes}
+    elif acc_entry is not None:
+        acc_roof = _calibrated(graph, works, acc_entry)
+        acc_ms, acc_src = _latencies(graph, works, acc_entry, acc_roof)
+        supported = {name: t.supported for name, t in acc_entry.nodes.items()}
+    else:
+        if not acc.peak_flops or not acc.memory_bandwidth:
+            ep = f" ({acc.execution_provider})" if acc.execution_provider else ""
+            raise ClusterError(
+                f"device '{acc.name}'{ep} has no measurements in the profile, so its latencies "
+                f"must be estimated: give its peak_flops and memory_bandwidth in the cluster "
+                f"file, or profile the model where {acc.execution_provider or 'it'} runs")
+        acc_roof = cm.device_roofline(acc.peak_flops, acc.memory_bandwidth, acc.call_overhead,
+                                      acc.efficiency, cpu_roof, (cpu.peak_flops, cpu.memory_bandwidth))
+        acc_ms = {n: round(acc_roof.seconds(w) * 1e3, 9) for n, w in works.items()}
+        acc_src = {n: "estimated" for n in works}
+        supported = {n: w.covered for n, w in works.items()}
+    if acc is not None:
+        for n in graph.nodes:
+            if n.op_type in acc.unsupported_ops or n.qualified_op in acc.unsupported_ops:
+                supported[n.name] = False
+
+    link = None
+    if acc is not None:
+        link = cluster.link(cpu.cls, acc.cls)
+        if link is None:
+            raise ClusterError(f"{cluster.source}: no link between '{cpu.cls}' and '{acc.cls}': "
+                               f"add {{\"between\": [\"{cpu.cls}\", \"{acc.cls}\"], "
+                               "\"bandwidth\": ..., \"latency\": ...} to 'links'")
+
+    ids = {n.name: i for i, n in enumerate(graph.nodes)}
+    weight_bytes, colors, shared = _weights(graph, shared_weights, ids)
+    nodes = []
+    for n in graph.nodes:
+        act = sum(graph.tensors[o].bytes for o in n.outputs if o)
+        size = weight_bytes[n.name] + n.data_bytes + (act if activations == "outputs" else 0)
+        extra = {"opType": n.qualified_op,
+                 "latencySource": {"cpu": cpu_src[n.name], "acc": acc_src[n.name]},
+                 "flops": works[n.name].flops,
+                 "weightBytes": weight_bytes[n.name] + n.data_bytes,
+                 "activationBytes": act}
+        t = cpu_entry.nodes[n.name]
+        if t.measured and t.p10_ms is not None:
+            extra["cpuLatencySpread"] = [t.p10_ms, t.p90_ms]
+        nodes.append(Node(id=ids[n.name], cpu_latency=cpu_ms[n.name], acc_latency=acc_ms[n.name],
+                          supported=bool(supported.get(n.name, False)), backward=False,
+                          color_class=colors.get(n.name), size=float(size), name=n.name,
+                          extra=extra))
+
+    out_cost = {}
+    for n in graph.nodes:
+        read = [o for o in n.outputs if o and graph.tensors[o].consumers]
+        out_cost[n.name] = 0.0 if link is None else \
+            sum(link.seconds(graph.tensors[o].bytes) for o in read) * 1e3
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for e in graph.edges:
+        pairs.setdefault((e.producer, e.consumer), []).append(e.tensor)
+    edges = tuple(
+        Edge(ids[p], ids[c], out_cost[p],
+             extra={"bytes": sum(graph.tensors[t].bytes for t in ts), "tensors": ts})
+        for (p, c), ts in pairs.items())
+
+    meta = {
+        "model": graph.path,
+        "inputShapes": {k: list(v) for k, v in graph.input_shapes.items()},
+        "modelHash": profile.model_hash,
+        "units": {"latency": "ms", "cost": "ms", "size": "bytes"},
+        "cpu": _device_meta(cpu, cpu_entry, cpu_roof),
+        "accelerator": _device_meta(acc, acc_entry, acc_roof) if acc is not None else None,
+        "link": link.to_json() if link is not None else None,
+        "sharedWeights": shared_weights,
+        "activations": activations,
+        "sharedWeightReaders": shared,
+        "cluster": cluster.to_json(),
+    }
+    return Workload(
+        nodes=tuple(nodes), edges=edges,
+        num_accelerators=acc.count if acc is not None else 0,
+        num_cpus=cpu.count,
+        accelerator_memory=float(acc.memory) if acc is not None else 0.0,
+        extra={"onnxsplit": meta},
+    )
+
+
+def _check_matches(entry: Entry, graph: OpGraph) -> None:
+    missing = [n.name for n in graph.nodes if n.name not in entry.nodes]
+    if missing:
+        raise ProfileError(f"the {entry.execution_provider} profile does not match the model: "
+                           f"it has no node '{missing[0]}'"
+                           + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+
+
+def _calibrated(graph: OpGraph, works: Mapping[str, cm.Work], entry: Entry) -> cm.Roofline:
+    names = [n.name for n in graph.nodes
+             if entry.nodes[n.name].measured and works[n.name].covered]
+    if not names:
+        names = [n.name for n in graph.nodes if entry.nodes[n.name].measured]
+    if not names:
+        raise ProfileError(f"the {entry.execution_provider} profile has no measured node")
+    return cm.calibrate([works[n] for n in names], [entry.nodes[n].median_ms / 1e3 for n in names])
+
+
+def _latencies(graph, works, entry: Entry, roof: cm.Roofline):
+    ms, src = {}, {}
+    for n in graph.nodes:
+        t = entry.nodes[n.name]
+        if t.measured:
+            ms[n.name], src[n.name] = float(t.median_ms), "measured"
+        else:
+            ms[n.name], src[n.name] = round(roof.seconds(works[n.name]) * 1e3, 9), "estimated"
+    return ms, src
+
+
+def _weights(graph: OpGraph, policy: str, ids: Mapping[str, int]):
+    """(weight bytes charged per node, colour class per node, readers of shared weights)."""
+    charged = {n.name: 0 for n in graph.nodes}
+    shared: dict[str, list[int]] = {}
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.get(x, x) != x:
+            parent[x] = parent.get(parent[x], parent[x])
+            x = parent[x]
+        return x
+
+    for w in graph.weights:
+        readers = list(w.consumers)
+        if not readers:
+            continue
+        if len(readers) > 1 and w.bytes > SMALL_WEIGHT_BYTES:
+            shared[w.name] = [ids[r] for r in readers]
+        if len(readers) == 1 or w.bytes <= SMALL_WEIGHT_BYTES or policy == "each":
+            for r in readers:
+                charged[r] += w.bytes
+            continue
+        first = min(readers, key=lambda r: ids[r])
+        charged[first] += w.bytes
+        if policy == "color":
+            root = find(first)
+            for r in readers:
+                parent[find(r)] = root
+    colors: dict[str, int] = {}
+    if policy == "color":
+        groups: dict[str, list[str]] = {}
+        for n in graph.nodes:
+            if n.name in parent:
+                groups.setdefault(find(n.name), []).append(n.name)
+        for members in groups.values():
+            if len(members) > 1:
+                label = min(ids[m] for m in members)
+                for m in members:
+                    colors[m] = label
+    return charged, colors, shared
+
+
+def _device_meta(dev: DeviceSpec, entry: Entry | None, roof: cm.Roofline | None) -> dict:
+    d = {"name": dev.name, "class": dev.cls, "count": dev.count,
+         "executionProvider": dev.execution_provider, "memory": dev.memory,
+         "latencies": "measured" if entry is not None else "estimated"}
+    if entry is not None:
+        d["profile"] = {"device": entry.device_key, "host": entry.device.get("host"),
+                        "measuredAt": entry.measured_at,
+                        "wholeModelMs": entry.whole_model_ms.get("median"),
+                        "nodeSumMs": round(entry.node_sum_ms(), 6)}
+    if roof is not None:
+        d["roofline"] = roof.to_json()
+    return d

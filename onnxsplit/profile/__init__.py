@@ -1,0 +1,183 @@
+"""Per-node latency of an ONNX model on every execution provider present, cached.
+
+``profile(path, input_shapes)`` times every node alone on each EP (see ``measure`` for
+the method), the whole model the same way for comparison, and stores the result in a
+profile file keyed by the model's hash and the device (``store``).  Asking again for a
+(model, device) pair the file holds runs nothing.  ``costmodel`` estimates latencies for
+devices that are not present, calibrated on the measured CPU.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from ..errors import ProfileError
+from .devices import CPU_EP, available_providers, describe, device_key
+from .store import Entry, ModelProfile, NodeTiming, ProfileFile, model_hash
+
+__all__ = ["profile", "default_cache", "Entry", "ModelProfile", "NodeTiming", "ProfileFile",
+           "model_hash", "available_providers", "bind", "CPU_EP"]
+
+
+def default_cache(model_hash_: str) -> Path:
+    """Where profiles are cached when no file is named: $ONNXSPLIT_CACHE_DIR, else
+    $XDG_CACHE_HOME/onnxsplit, else ~/.cache/onnxsplit; one file per model."""
+    base = os.environ.get("ONNXSPLIT_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "onnxsplit")
+    return Path(base) / "profiles" / f"{model_hash_[:20]}.json"
+
+
+def bind(path: str | Path, input_shapes: Mapping[str, Iterable[int]] | None):
+    """(model proto without weight data, bound input shapes, model hash); reads no weights
+    and starts no session, so a cache lookup costs only the parse of the graph."""
+    from .. import shapes
+    from ..graph import _load
+
+    model = _load(Path(path))
+    g = model.graph
+    weights = {t.name for t in g.initializer} | {s.values.name for s in g.sparse_initializer}
+    bound = shapes.bind_inputs(g, weights, input_shapes)
+    return model, bound, model_hash(model, bound)
+
+
+def profile(
+    path: str | Path,
+    input_shapes: Mapping[str, Iterable[int]] | None = None,
+    *,
+    providers: Sequence[str] | None = None,
+    cache: str | Path | None = None,
+    repeats: int = 10,
+    warmup: int = 2,
+    group: bool = True,
+    force: bool = False,
+    quiet: bool = False,
+    threads: int = 1,
+    rounds: int = 2,
+) -> ModelProfile:
+    """Profile ``path`` on ``providers`` (default: every EP present) and return every entry
+    the cache file holds for the model (entries from other machines included).
+
+    ``cache``: a profile file to read and update (default: :func:`default_cache`); pass
+    ``False`` to neither read nor write one.  ``force`` re-measures even on a cache hit.
+    ``group`` times identical single-node models once.  ``repeats`` timed runs per node
+    (nodes under a millisecond get five times as many) in ``rounds`` rounds over the
+    graph, each after ``warmup`` runs; the whole model's ``repeats`` runs are interleaved
+    with the nodes'.
+    """
+    if repeats < 1 or warmup < 0 or rounds < 1:
+        raise ProfileError(f"repeats and rounds must be >= 1 and warmup >= 0, got {repeats}, "
+                           f"{rounds} and {warmup}")
+    rounds = min(rounds, repeats)
+    present = available_providers()
+    eps = list(dict.fromkeys(providers)) if providers else present
+    for ep in eps:
+        if ep not in present:
+            raise ProfileError(f"execution provider '{ep}' is not available in this onnxruntime "
+                               f"(available: {', '.join(present)})")
+    proto, bound, key = bind(path, input_shapes)
+    store = ProfileFile(None) if cache is False else ProfileFile.load(
+        Path(cache) if cache else default_cache(key))
+    todo = [ep for ep in eps if force or store.find(key, device_key(ep, threads)) is None]
+    if todo:
+        for entry in _measure(Path(path), bound, key, todo, repeats, warmup, group, quiet, threads,
+                              rounds):
+            store.put(entry)
+        if cache is not False:
+            store.save()
+    return ModelProfile(key, bound, tuple(store.for_model(key)), fresh=tuple(todo), path=store.path)
+
+
+def _measure(path: Path, bound, key: str, eps: list[str], repeats: int, warmup: int,
+             group: bool, quiet: bool, threads: int, rounds: int) -> list[Entry]:
+    import numpy as np
+    import onnxruntime as ort
+
+    from ..graph import OpGraph
+    from . import measure
+
+    graph = OpGraph.from_onnx(path, bound)
+    model = measure.prepared_model(graph)
+    feeds = measure.input_feeds(graph)
+    values = measure.reference_values(model, graph, feeds)
+    entries = []
+    for ep in eps:
+        start = time.perf_counter()
+        runner = measure.Runner(ep, path.parent, threads=threads)
+        try:
+            whole_sess, share = measure.whole_model(runner, model, feeds)
+        except Exception as e:
+            from ..shapes import _one_line
+
+            raise ProfileError(f"{ep} cannot build a session for the whole model: "
+                               f"{_one_line(e)}") from None
+        overheads = runner.overheads(warmup, repeats)
+        # whole-model runs are spread over the node timings so both see the same machine
+        whole_run = runner.bind(whole_sess, feeds)
+        for _ in range(max(warmup, 1)):
+            whole_run()
+        whole_samples = [measure.sample(whole_run, 1 if repeats == 1 else 2)[-1:]]
+
+        def between(step: int, steps: int) -> None:
+            while len(whole_samples) < 1 + step * (repeats - 1) // steps:
+                # a model of a few ms or less runs in a burst: its caches warm up again
+                # after the node timings in between, like the nodes' own repeated runs
+                burst = min(50, max(1, int(0.01 / max(whole_samples[0].min(), 1e-6))))
+                whole_samples.append(measure.sample(whole_run, burst)[burst // 2:])
+
+        bar = _progress(len(graph.nodes) * rounds, f"{_short(ep)}: {len(graph.nodes)} nodes x "
+                        f"{rounds} rounds", quiet)
+        try:
+            nodes = measure.profile_nodes(runner, model, graph, values, warmup=warmup,
+                                          repeats=repeats, group=group, overheads=overheads,
+                                          rounds=rounds, progress=bar.update, between=between)
+        finally:
+            bar.close()
+        between(1, 1)
+        del whole_sess, whole_run
+        both = measure.Timing.of(np.concatenate(whole_samples))
+        whole = {"median": round(1e3 * both.median, 6), "p10": round(1e3 * both.p10, 6),
+                 "p90": round(1e3 * both.p90, 6), "runs": both.runs, "ep_share": round(share, 4)}
+        distinct = len({t.same_as or name for name, t in nodes.items()})
+        entries.append(Entry(
+            model_hash=key, input_shapes=dict(bound), device_key=device_key(ep, threads),
+            execution_provider=ep, nodes=nodes, whole_model_ms=whole,
+            call_overhead_ms=round(overheads[0] * 1e3, 6), node_overhead_ms=round(overheads[1] * 1e3, 6),
+            model={"path": str(path), "nodes": len(graph.nodes), "distinct_node_models": distinct},
+            device={"hardware": describe(ep), "threads": threads, "host": platform.node(),
+                    "onnxruntime": ort.__version__, "numpy": np.__version__},
+            settings={"repeats": repeats, "warmup": warmup, "rounds": rounds, "grouped": group,
+                      "graph_optimization": "disabled", "inputs": "random floats in [0, 1), "
+                                                                   "ones for integers"},
+            measured_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            seconds=round(time.perf_counter() - start, 3),
+        ))
+    return entries
+
+
+def _short(ep: str) -> str:
+    return ep.removesuffix("ExecutionProvider") or ep
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, desc: str, quiet: bool):
+    if quiet:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="node", file=sys.stderr, leave=False,
+                dynamic_ncols=True, mininterval=0.2, delay=0.5)

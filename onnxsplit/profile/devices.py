@@ -1,0 +1,143 @@
+"""Execution providers as devices: which are present, what hardware they drive, where
+their tensors live.
+
+Everything here is generic over onnxruntime's execution providers (EPs).  Only the CPU EP
+can be exercised on a machine without accelerators; the tables below name what is known
+about the others and every lookup has a generic fallback.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shutil
+import subprocess
+
+CPU_EP = "CPUExecutionProvider"
+
+# Listed by onnxruntime but not a device: Azure sends requests to a remote endpoint.
+NOT_DEVICES = frozenset({"AzureExecutionProvider"})
+
+# EP -> OrtValue device type that holds its tensors (so that timing excludes host copies).
+# EPs not listed take host tensors (OpenVINO, CoreML, QNN, XNNPACK, DNNL, ...).
+ORTVALUE_DEVICE = {
+    "CUDAExecutionProvider": "cuda",
+    "TensorrtExecutionProvider": "cuda",
+    "NvTensorRTRTXExecutionProvider": "cuda",
+    "ROCMExecutionProvider": "cuda",
+    "MIGraphXExecutionProvider": "cuda",
+    "DmlExecutionProvider": "dml",
+    "CANNExecutionProvider": "cann",
+}
+
+# EP -> device class a detected cluster gives it.
+EP_CLASS = {
+    "CUDAExecutionProvider": "gpu",
+    "TensorrtExecutionProvider": "gpu",
+    "NvTensorRTRTXExecutionProvider": "gpu",
+    "ROCMExecutionProvider": "gpu",
+    "MIGraphXExecutionProvider": "gpu",
+    "DmlExecutionProvider": "gpu",
+    "WebGpuExecutionProvider": "gpu",
+    "OpenVINOExecutionProvider": "openvino",
+    "QNNExecutionProvider": "npu",
+    "VitisAIExecutionProvider": "npu",
+    "CoreMLExecutionProvider": "coreml",
+    "CANNExecutionProvider": "npu",
+}
+
+# For one device several EPs may be present (CUDA and TensorRT): the first listed here is
+# the one a detected cluster uses (TensorRT builds an engine per node: slow to profile).
+EP_PREFERENCE = ("CUDAExecutionProvider", "ROCMExecutionProvider", "DmlExecutionProvider",
+                 "MIGraphXExecutionProvider", "TensorrtExecutionProvider")
+
+
+def available_providers() -> list[str]:
+    """EPs of this onnxruntime build that run operators on this machine, CPU last."""
+    import onnxruntime as ort
+
+    eps = [ep for ep in ort.get_available_providers() if ep not in NOT_DEVICES]
+    return [ep for ep in eps if ep != CPU_EP] + ([CPU_EP] if CPU_EP in eps else [])
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+@functools.lru_cache(maxsize=None)
+def _nvidia_smi(query: str) -> list[str]:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def gpu_names() -> list[str]:
+    return _nvidia_smi("name")
+
+
+def gpu_memory_bytes() -> list[int]:
+    out = []
+    for v in _nvidia_smi("memory.total"):  # MiB
+        try:
+            out.append(int(float(v)) * 1024 * 1024)
+        except ValueError:
+            pass
+    return out
+
+
+def _ep_hardware(ep: str) -> str:
+    """What onnxruntime says the EP runs on (vendor and type), where it says."""
+    try:
+        import onnxruntime as ort
+
+        for d in ort.get_ep_devices():
+            if d.ep_name == ep:
+                kind = str(d.device.type).rsplit(".", 1)[-1]
+                return f"{d.device.vendor} {kind}".strip()
+    except Exception:  # older onnxruntime: no EP device API
+        pass
+    return ""
+
+
+@functools.lru_cache(maxsize=None)
+def describe(ep: str) -> str:
+    """The hardware an EP runs on, as specific as this machine tells (a profile's key)."""
+    if ep == CPU_EP or ORTVALUE_DEVICE.get(ep) is None and EP_CLASS.get(ep) is None:
+        return cpu_name()
+    if ORTVALUE_DEVICE.get(ep) == "cuda" and gpu_names():
+        return gpu_names()[0]
+    return _ep_hardware(ep) or ep
+
+
+def device_key(ep: str, threads: int = 1) -> str:
+    """Identifies where a profile was measured: EP, hardware, threads per node."""
+    return f"{ep}|{describe(ep)}|threads={threads}"
+
+
+def host_memory_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0

@@ -1,0 +1,292 @@
+"""Profiles and the JSON file that caches them.
+
+A profile file holds any number of *entries*, each the per-node timings of one model
+(identified by a hash of its graph without weight data, plus the input shapes it was bound
+to) on one device (execution provider, hardware, threads per node).  So one file can carry
+a model's timings from a GPU server and from a laptop; looking up (model, device) is a
+cache hit that runs nothing.
+
+File format (``"format": "onnxsplit-profile"``, ``"version": 1``)::
+
+    {"format": "onnxsplit-profile", "version": 1, "entries": [
+      {"model": {"hash": "...", "input_shapes": {"input_ids": [1, 128]}, "path": "...",
+                 "nodes": 543},
+       "device": {"key": "CPUExecutionProvider|AMD EPYC|threads=1",
+                  "execution_provider": "CPUExecutionProvider", "hardware": "AMD EPYC",
+                  "threads": 1, "host": "...", "onnxruntime": "1.31.1"},
+       "settings": {"repeats": 10, "warmup": 2, "grouped": true},
+       "measured_at": "2026-01-01T00:00:00Z", "seconds": 9.5,
+       "call_overhead_ms": 0.0024, "node_overhead_ms": 0.0006,
+       "whole_model_ms": {"median": 301.2, "p10": 298.0, "p90": 310.5, "runs": 10},
+       "nodes": {"<ONNX node name>": {"op_type": "MatMul", "supported": true,
+                 "median_ms": 2.51, "p10_ms": 2.49, "p90_ms": 2.60,
+                 "same_as": "<node timed in its place>", "error": "..."}}}]}
+
+Times are milliseconds.  A node's time is its single-node model's run time less the
+measured cost of one empty ``run`` call (``call_overhead_ms``) plus the cost one more node
+adds inside a graph (``node_overhead_ms``), so that per-node times add up to whole-model
+time even for tiny operators.  ``supported`` is false where the EP cannot run the node
+(session creation fails or the node falls back to another EP); its times are then null.
+``same_as`` names the node whose identical single-node model was timed instead (grouped
+profiling), ``error`` why a node could not be timed alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import onnx
+from onnx import TensorProto
+
+from ..errors import ProfileError
+
+FORMAT = "onnxsplit-profile"
+VERSION = 1
+_SMALL_INIT_BYTES = 1024  # initializers this small are hashed with their values (shapes)
+
+
+@dataclass(frozen=True)
+class NodeTiming:
+    op_type: str
+    supported: bool = True
+    median_ms: float | None = None
+    p10_ms: float | None = None
+    p90_ms: float | None = None
+    same_as: str | None = None
+    error: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.supported and self.median_ms is not None
+
+    def to_json(self) -> dict:
+        d: dict = {"op_type": self.op_type, "supported": self.supported}
+        for k in ("median_ms", "p10_ms", "p90_ms", "same_as", "error"):
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = v
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "NodeTiming":
+        return cls(op_type=d.get("op_type", ""), supported=bool(d.get("supported", True)),
+                   median_ms=d.get("median_ms"), p10_ms=d.get("p10_ms"), p90_ms=d.get("p90_ms"),
+                   same_as=d.get("same_as"), error=d.get("error"))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One model's timings on one device."""
+
+    model_hash: str
+    input_shapes: Mapping[str, tuple[int, ...]]
+    device_key: str
+    execution_provider: str
+    nodes: Mapping[str, NodeTiming]
+    whole_model_ms: Mapping[str, float] = field(default_factory=dict)
+    call_overhead_ms: float = 0.0
+    node_overhead_ms: float = 0.0
+    model: Mapping = field(default_factory=dict)  # path, node count: informational
+    device: Mapping = field(default_factory=dict)  # hardware, host, threads, versions
+    settings: Mapping = field(default_factory=dict)
+    measured_at: str = ""
+    seconds: float = 0.0
+
+    @property
+    def hardware(self) -> str:
+        return str(self.device.get("hardware", ""))
+
+    def node_sum_ms(self) -> float:
+        return sum(t.median_ms for t in self.nodes.values() if t.median_ms is not None)
+
+    def to_json(self) -> dict:
+        return {
+            "model": {"hash": self.model_hash,
+                      "input_shapes": {k: list(v) for k, v in self.input_shapes.items()},
+                      **{k: v for k, v in self.model.items() if k not in ("hash", "input_shapes")}},
+            "device": {"key": self.device_key, "execution_provider": self.execution_provider,
+                       **{k: v for k, v in self.device.items()
+                          if k not in ("key", "execution_provider")}},
+            "settings": dict(self.settings),
+            "measured_at": self.measured_at,
+            "seconds": self.seconds,
+            "call_overhead_ms": self.call_overhead_ms,
+            "node_overhead_ms": self.node_overhead_ms,
+            "whole_model_ms": dict(self.whole_model_ms),
+            "nodes": {name: t.to_json() for name, t in self.nodes.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> "Entry":
+        try:
+            model, device = d["model"], d["device"]
+            return cls(
+                model_hash=str(model["hash"]),
+                input_shapes={k: tuple(int(x) for x in v) for k, v in model["input_shapes"].items()},
+                device_key=str(device["key"]),
+                execution_provider=str(device["execution_provider"]),
+                nodes={k: NodeTiming.from_json(v) for k, v in d["nodes"].items()},
+                whole_model_ms=dict(d.get("whole_model_ms") or {}),
+                call_overhead_ms=float(d.get("call_overhead_ms", 0.0)),
+                node_overhead_ms=float(d.get("node_overhead_ms", 0.0)),
+                model={k: v for k, v in model.items() if k not in ("hash", "input_shapes")},
+                device={k: v for k, v in device.items() if k not in ("key", "execution_provider")},
+                settings=dict(d.get("settings") or {}),
+                measured_at=str(d.get("measured_at", "")),
+                seconds=float(d.get("seconds", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+            raise ProfileError(f"{where}: malformed entry ({what})") from None
+
+
+@dataclass
+class ProfileFile:
+    """The entries of one profile file (possibly none yet)."""
+
+    path: Path | None
+    entries: list[Entry] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: str | Path, *, missing_ok: bool = True) -> "ProfileFile":
+        path = Path(path)
+        if not path.exists():
+            if missing_ok:
+                return cls(path)
+            raise ProfileError(f"profile file '{path}' does not exist")
+        try:
+            data = json.loads(path.read_text())
+        except OSError as e:
+            raise ProfileError(f"cannot read profile file '{path}': {e.strerror or e}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ProfileError(f"'{path}' is not a profile file (not JSON: {e})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ProfileError(f"'{path}' is not a profile file (no \"format\": \"{FORMAT}\")")
+        if data.get("version") != VERSION:
+            raise ProfileError(f"'{path}' is a profile of version {data.get('version')!r}; "
+                               f"this onnxsplit reads version {VERSION}")
+        entries = data.get("entries")
+        if not isinstance(entries, list):
+            raise ProfileError(f"'{path}': field 'entries' must be a list")
+        return cls(path, [Entry.from_json(e, f"{path}: entries[{i}]") for i, e in enumerate(entries)])
+
+    def find(self, model_hash: str, device_key: str) -> Entry | None:
+        for e in self.entries:
+            if e.model_hash == model_hash and e.device_key == device_key:
+                return e
+        return None
+
+    def for_model(self, model_hash: str) -> list[Entry]:
+        return [e for e in self.entries if e.model_hash == model_hash]
+
+    def put(self, entry: Entry) -> None:
+        self.entries = [e for e in self.entries
+                        if (e.model_hash, e.device_key) != (entry.model_hash, entry.device_key)]
+        self.entries.append(entry)
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "entries": [e.to_json() for e in self.entries]}
+
+    def save(self, path: str | Path | None = None) -> Path:
+        path = Path(path or self.path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.to_json(), indent=1) + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.path = path
+        return path
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Every entry known for one model: what the workload builder reads."""
+
+    model_hash: str
+    input_shapes: Mapping[str, tuple[int, ...]]
+    entries: tuple[Entry, ...]
+    fresh: tuple[str, ...] = ()  # EPs measured by the call that returned this (not cached)
+    path: Path | None = None  # the profile file it was read from / written to
+
+    def providers(self) -> list[str]:
+        return list(dict.fromkeys(e.execution_provider for e in self.entries))
+
+    def entry(self, execution_provider: str, *, host: str | None = None,
+              hardware: str | None = None) -> Entry | None:
+        """The entry for an EP: the most recent one measured on ``host`` if any, else on
+        ``hardware`` if any, else the most recent."""
+        mine = [e for e in self.entries if e.execution_provider == execution_provider]
+        for want, of in ((host, lambda e: e.device.get("host")), (hardware, lambda e: e.hardware)):
+            if want is not None and any(of(e) == want for e in mine):
+                mine = [e for e in mine if of(e) == want]
+                break
+        return max(mine, key=lambda e: e.measured_at) if mine else None
+
+
+def model_hash(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> str:
+    """SHA-256 of the graph without weight data, the opsets and the bound input shapes.
+
+    Weights enter with name, type and dims only (so a profile survives fine-tuning, and
+    hashing never copies or reads gigabytes); initializers of at most 1 KB keep their
+    values, since those are the shape constants that Reshape and friends read.  Declared
+    value_info is left out: exporters differ in what they record, and it is derived data.
+    """
+    from ..shapes import proto_bytes
+
+    h = hashlib.sha256()
+
+    def put(msg) -> None:
+        data = msg.SerializeToString(deterministic=True)
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+
+    def put_tensor(t: TensorProto) -> None:
+        if t.data_location != TensorProto.EXTERNAL and proto_bytes(t) <= _SMALL_INIT_BYTES:
+            put(t)
+        else:
+            put(TensorProto(name=t.name, data_type=t.data_type, dims=list(t.dims)))
+
+    def put_graph(g: onnx.GraphProto) -> None:
+        for vi in list(g.input) + list(g.output):
+            put(vi)
+        for t in g.initializer:
+            put_tensor(t)
+        for sp in g.sparse_initializer:
+            put_tensor(sp.values)
+            put(TensorProto(name=sp.indices.name, data_type=sp.indices.data_type,
+                            dims=list(sp.indices.dims)))
+        for n in g.node:
+            subgraphs = [a for a in n.attribute
+                         if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)]
+            if not subgraphs:
+                put(n)
+                continue
+            shell = onnx.NodeProto()
+            shell.CopyFrom(n)
+            del shell.attribute[:]
+            shell.attribute.extend(a for a in n.attribute if a not in subgraphs)
+            put(shell)
+            for a in subgraphs:
+                h.update(a.name.encode())
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    put_graph(sub)
+
+    for o in model.opset_import:
+        put(o)
+    for f in model.functions:
+        put(f)
+    put_graph(model.graph)
+    shapes = json.dumps({k: list(v) for k, v in sorted(input_shapes.items())})
+    h.update(shapes.encode())
+    return h.hexdigest()
