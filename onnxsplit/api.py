@@ -71,30 +71,43 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
     if objective == "latency":
         start = _latency_warm_start(workload) if warm_start else None
         return ip.solve_latency(workload, pieces=pieces, time_limit=time_limit, solver=solver, warm_start=start)
-    start = None
-    if warm_start and not split_passes:
-        start = dp.solve(workload, linear_only=workload.n > 2000).assignment or None
+    start = _throughput_warm_start(workload) if warm_start and not split_passes else None
     return ip.solve_throughput(workload, contiguous=contiguous, split_passes=split_passes,
                                time_limit=time_limit, solver=solver, warm_start=start)
 
 
-def _latency_warm_start(workload: Workload) -> dict[int, str] | None:
-    """The best valid latency among the quick plans: the paper's greedy, HETERO's greedy,
-    and the splits of the max-load DP, its linearized variant and PipeDream."""
+# Warm starts come from methods that take seconds at most on any graph; the exact DP is
+# not among them (a real operator graph can have millions of ideals).
+QUICK_THROUGHPUT = (("dp_linear", "throughput"), ("local_search", "throughput"))
+QUICK_LATENCY = (("greedy", "latency"), ("hetero_greedy", "latency"), ("dp_linear", "throughput"),
+                 ("pipedream", "throughput"))
+
+
+def _best_quick_plan(workload: Workload, candidates, objective: str) -> dict[int, str] | None:
     from .solve import evaluate
 
     best, best_value = None, float("inf")
-    for method, objective in (("greedy", "latency"), ("hetero_greedy", "latency"), ("dp", "throughput"),
-                              ("dp_linear", "throughput"), ("pipedream", "throughput")):
+    for method, objective_of_method in candidates:
         try:
-            plan = solve(workload, objective, method)
+            plan = solve(workload, objective_of_method, method)
         except OnnxsplitError:
             continue
         if plan.assignment and not evaluate.check(workload, plan.assignment):
-            value = evaluate.latency(workload, plan.assignment).value
+            value = evaluate.score(workload, plan.assignment, objective).value
             if value < best_value:
                 best, best_value = plan.assignment, value
     return best
+
+
+def _throughput_warm_start(workload: Workload) -> dict[int, str] | None:
+    """The best valid max-load among the linearized DP's and local search's plans."""
+    return _best_quick_plan(workload, QUICK_THROUGHPUT, "throughput")
+
+
+def _latency_warm_start(workload: Workload) -> dict[int, str] | None:
+    """The best valid latency among the paper's greedy, HETERO's greedy, and the splits
+    of the linearized max-load DP and PipeDream."""
+    return _best_quick_plan(workload, QUICK_LATENCY, "latency")
 
 
 COMPARED = ("dp", "dp_linear", "ip", "greedy", "local_search", "pipedream", "scotch", "metis",

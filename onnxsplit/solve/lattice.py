@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import SolveError
 
-DEFAULT_IDEAL_LIMIT = 3_000_000
+DEFAULT_IDEAL_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True)
