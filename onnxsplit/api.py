@@ -65,7 +65,7 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
     from .solve import dp
 
     if method in ("dp", "dp_linear"):
-        return dp.solve(workload, linear_only=(method == "dp_linear"))
+        return dp.solve(workload, linear_only=(method == "dp_linear"), time_limit=time_limit)
     from .solve import ip
 
     if objective == "latency":

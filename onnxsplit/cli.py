@@ -73,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     ipg.add_argument("--pieces", type=int, default=1, metavar="Q",
                      help="latency: up to Q contiguous calls per accelerator (default 1)")
     ipg.add_argument("--time-limit", type=float, default=60.0, metavar="S",
-                     help="seconds; the best plan found and its proven lower bound are returned (default 60)")
+                     help="seconds (ip and dp); the best plan found and its proven lower bound are "
+                          "returned (default 60)")
     ipg.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MIP backend (default highs)")
     ipg.add_argument("--no-warm-start", action="store_true", help="do not start from a DP/greedy plan")
     s.add_argument("-o", "--output", metavar="PLAN.json", help="also write the plan (the JSON object) here")

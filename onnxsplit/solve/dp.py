@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from numba import njit, objmode
 
 from ..errors import SolveError
 from ..plan import Plan
@@ -131,8 +131,10 @@ class DPResult:
 
 
 def run(inst: DPInstance, lat: lattice.Lattice, k: int, l: int, memory: float,
-        upper_bound: float = np.inf) -> DPResult:
-    """The DP on one lattice (all ideals, or one chain), pruned by ``upper_bound``."""
+        upper_bound: float = np.inf, deadline: float = np.inf) -> DPResult | None:
+    """The DP on one lattice (all ideals, or one chain), pruned by ``upper_bound``.
+
+    None when ``deadline`` (a time.perf_counter() value) passes first."""
     pre_acc = lat.prefix_sums(inst.acc)
     pre_cpu = lat.prefix_sums(inst.cpu)
     pre_mem = lat.prefix_sums(inst.mem)
@@ -143,7 +145,9 @@ def run(inst: DPInstance, lat: lattice.Lattice, k: int, l: int, memory: float,
     rho = float(ratio.max(initial=0.0))
     dp, back, kind, pairs = _dp_kernel(pre_acc, pre_cpu, pre_mem, pre_uns, lat.down_ptr, lat.down_ideal,
                                        lat.down_item, inst.h_ptr, inst.h_idx, inst.h_size, inst.h_weight,
-                                       k, l, float(memory), float(upper_bound), rho, inst.n)
+                                       k, l, float(memory), float(upper_bound), rho, inst.n, float(deadline))
+    if pairs < 0:
+        return None
     top = l * (k + 1) + k
     value = float(dp[top, lat.full])
     if not np.isfinite(value):
@@ -188,9 +192,9 @@ def _capacity(n_acc, n_cpu, ub_eff, cpu_cap):
     return total
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)
 def _dp_kernel(pre_acc, pre_cpu, pre_mem, pre_uns, down_ptr, down_ideal, down_item,
-               h_ptr, h_idx, h_size, h_weight, k, l, memory, ub, rho, n_items):
+               h_ptr, h_idx, h_size, h_weight, k, l, memory, ub, rho, n_items, deadline):
     N = pre_acc.shape[0]
     K1 = k + 1
     L = K1 * (l + 1)
@@ -269,6 +273,11 @@ def _dp_kernel(pre_acc, pre_cpu, pre_mem, pre_uns, down_ptr, down_ideal, down_it
                     elif cnt[h] == h_size[h]:
                         comm -= h_weight[h]
                 pairs += 1
+                if (pairs & 0xFFFFF) == 0 and deadline < INF:
+                    with objmode(now="float64"):
+                        now = time.perf_counter()
+                    if now > deadline:
+                        return dp, back, kind, -1
                 acc_cost = a_s + comm if acc_ok else INF
                 if acc_cost > ub_eff:
                     acc_cost = INF
@@ -351,15 +360,18 @@ EXACT_IDEAL_BUDGET = 150_000  # beyond this, retry with the reference's (smaller
 
 
 def solve(workload: Workload, linear_only: bool = False,
-          ideal_limit: int = lattice.DEFAULT_IDEAL_LIMIT) -> Plan:
+          ideal_limit: int = lattice.DEFAULT_IDEAL_LIMIT, time_limit: float | None = None) -> Plan:
     """Max-load DP over ideals (or over one topological order, ``linear_only``).
 
     The exact preprocessing keeps zero-latency nodes that hold memory apart (merging them
     could cost the optimum).  Where that leaves more than EXACT_IDEAL_BUDGET ideals (memory
     binds and such nodes abound), the DP runs on the reference's preprocessing instead:
     the plan is the optimum under that restriction, reported as "feasible", not "optimal".
+    With ``time_limit`` (seconds), a DP that runs out of time returns the linearized plan
+    with status "time_limit".
     """
     start = time.perf_counter()
+    deadline = start + time_limit if time_limit else np.inf
     inst = build_instance(workload)
     like_reference = False
     lat = None
@@ -378,11 +390,17 @@ def solve(workload: Workload, linear_only: bool = False,
             best = res
     ub = best.value
     details = {"linearized_value": ub if np.isfinite(ub) else None}
+    timed_out = False
     if lat is not None:
-        full = run(inst, lat, k, l, mem, upper_bound=ub)
-        if full.value <= ub or not np.isfinite(ub):
-            best = full
-        details.update(ideals=full.ideals, pairs_evaluated=full.pairs)
+        full = run(inst, lat, k, l, mem, upper_bound=ub, deadline=deadline)
+        details["ideals"] = lat.size
+        if full is None:
+            timed_out = True
+            details["stopped"] = f"the exact DP ran out of time ({time_limit:g} s); this is the linearized plan"
+        else:
+            if full.value <= ub or not np.isfinite(ub):
+                best = full
+            details["pairs_evaluated"] = full.pairs
     if like_reference:
         details["preprocessing"] = ("reference: zero-latency nodes holding memory merged into their neighbour "
                                     "(the exact lattice has too many ideals); optimal under that restriction only")
@@ -397,8 +415,9 @@ def solve(workload: Workload, linear_only: bool = False,
     problems = evaluate.check(workload, assignment, contiguity="ideal_chain")
     if problems:
         raise SolveError("internal error: DP plan is invalid: " + problems[0])
-    proven = not linear_only and not like_reference
-    return Plan("throughput", method, "optimal" if proven else "feasible", scored, assignment,
+    proven = not linear_only and not like_reference and not timed_out
+    status = "optimal" if proven else ("time_limit" if timed_out else "feasible")
+    return Plan("throughput", method, status, scored, assignment,
                 lower_bound=scored if proven else None, gap=0.0 if proven else None,
                 seconds=time.perf_counter() - start, stages=stages,
                 details={**details, "contiguous": True, "dp_value": best.value})
