@@ -405,6 +405,22 @@ def _infer_after_partial_run(sk, feeds, bound, base_dir, node_reads, wanted):
     return types
 
 
+def with_all_outputs(model):
+    """A copy of the model in which every node output is also a graph output, so one run
+    gives every intermediate value (for exact sizes, and the profiler's node inputs)."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for n in m.graph.node:
+        for o in n.output:
+            if o and o not in have:
+                m.graph.output.add().name = o
+                have.add(o)
+    return m
+
+
 def _run(m, feeds, base_dir, wanted, missing, model, node_names, bound):
     """Build a session for ``m`` (checks every operator); if sizes are missing, run it once
     with every intermediate as an output and return what it measured."""

@@ -57,7 +57,6 @@ def test_tiny_bert_on_estimated_gpus(tiny):
         assert node.extra["latencySource"] == {"cpu": "measured", "acc": "estimated"}
         assert node.acc_latency > 0 and node.supported
     # every edge's cost: link latency + bytes / bandwidth per tensor the source's readers take
-    link = cluster.link("cpu", "gpu")
     for e in w.edges:
         src = graph.nodes[e.source]
         read = [o for o in src.outputs if o and graph.tensors[o].consumers]

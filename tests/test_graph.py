@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 
 from onnxsplit.errors import ModelError, OnnxsplitError
 from onnxsplit.graph import OpGraph
+from onnxsplit.shapes import with_all_outputs
 
 DATA = Path(__file__).parent / "data"
 LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__),
@@ -59,14 +60,8 @@ def feeds_for(path: Path, shapes: dict | None = None) -> dict[str, np.ndarray]:
 
 def ort_actual(path: Path, shapes: dict | None = None) -> dict[str, np.ndarray]:
     """Every node output of the real model (real weights), as onnxruntime computes it."""
-    m = onnx.load(str(path), load_external_data=False)  # onnxruntime reads the data file
+    m = with_all_outputs(onnx.load(str(path), load_external_data=False))  # ORT reads the data file
     m.ir_version = min(m.ir_version, 10) if m.ir_version >= 4 else m.ir_version
-    have = {o.name for o in m.graph.output}
-    for n in m.graph.node:
-        for o in n.output:
-            if o and o not in have:
-                m.graph.output.add().name = o
-                have.add(o)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # no folding: faster
     so.add_session_config_entry("session.model_external_initializers_file_folder_path",

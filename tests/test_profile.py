@@ -11,7 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from onnx_models import TINY_BERT, TINY_BERT_SHAPES, control_flow, mlp, save, shared_weight
+from onnx_models import TINY_BERT, TINY_BERT_SHAPES, control_flow, mlp, shared_weight
 from onnxsplit.cli import main
 from onnxsplit.errors import ModelError, ProfileError
 from onnxsplit.graph import OpGraph

@@ -96,14 +96,10 @@ def measured_sizes(path: Path, shapes: dict) -> dict[str, int]:
     import onnx
     import onnxruntime as ort
 
-    m = onnx.load(str(path), load_external_data=False)
+    from onnxsplit.shapes import with_all_outputs
+
+    m = with_all_outputs(onnx.load(str(path), load_external_data=False))
     m.ir_version = min(m.ir_version, 10)
-    have = {o.name for o in m.graph.output}
-    for n in m.graph.node:
-        for o in n.output:
-            if o and o not in have:
-                m.graph.output.add().name = o
-                have.add(o)
     so = ort.SessionOptions()
     so.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                 str(path.parent))

@@ -95,14 +95,7 @@ def reference_values(model: onnx.ModelProto, graph: OpGraph,
     """Every top-level tensor's value in one CPU run of the real model (inputs included)."""
     import onnxruntime as ort
 
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    for n in m.graph.node:
-        for o in n.output:
-            if o and o not in have:
-                m.graph.output.add().name = o
-                have.add(o)
+    m = shapes.with_all_outputs(model)
     so = session_options(threads=0, base_dir=Path(graph.path).parent)
     given = ", ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
     try:
