@@ -92,15 +92,11 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     """Min max-load by integer programming; returns the best plan with its proven bound."""
     import mip
 
-    if solver not in SOLVERS:
-        raise OnnxsplitError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
     start = time.perf_counter()
     cl = build_classes(w)
     k, l = w.num_accelerators, w.num_cpus
     accs, cpus = range(k), range(k, k + l)
-    model = mip.Model(sense=mip.MINIMIZE, solver_name=solver.upper() if solver == "cbc" else "highs")
-    model.verbose = int(verbose)
-    model.max_mip_gap = gap
+    model = _new_model(solver, gap, verbose)
     if threads:
         model.threads = threads
 
@@ -175,14 +171,33 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     if lb is not None:
         lb = min(lb, value)
     g = gap_of(value, lb)
-    if status == mip.OptimizationStatus.OPTIMAL:  # within the gap tolerance
-        label = "optimal" if g is not None and g <= 1e-6 else "feasible"
-    else:
-        label = "time_limit"
-    return Plan("throughput", method, label, value, assignment, lower_bound=lb, gap=g, seconds=seconds,
+    return Plan("throughput", method, _status_label(status, g), value, assignment, lower_bound=lb, gap=g,
+                seconds=seconds,
                 details={"solver": solver, "objective_form": objective_label,
                          "ip_objective": model.objective_value, "classes": cl.n,
                          "hyperedges": len(cl.hyper), "contiguous": contiguous})
+
+
+def _new_model(solver: str, gap: float, verbose: bool):
+    """An empty minimisation model on the chosen backend, stopping at relative gap ``gap``."""
+    import mip
+
+    if solver not in SOLVERS:
+        raise OnnxsplitError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
+    model = mip.Model(sense=mip.MINIMIZE, solver_name="CBC" if solver == "cbc" else "highs")
+    model.verbose = int(verbose)
+    model.max_mip_gap = gap
+    return model
+
+
+def _status_label(status, gap: float | None) -> str:
+    """The solver stops as OPTIMAL once within its gap tolerance: only a closed gap is
+    reported "optimal"; otherwise "feasible", or "time_limit" if time ran out."""
+    import mip
+
+    if status == mip.OptimizationStatus.OPTIMAL:
+        return "optimal" if gap is not None and gap <= 1e-6 else "feasible"
+    return "time_limit"
 
 
 def _finite(v):
@@ -280,8 +295,6 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     """
     import mip
 
-    if solver not in SOLVERS:
-        raise OnnxsplitError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
     if pieces < 1:
         raise OnnxsplitError("--pieces must be at least 1")
     start_time = time.perf_counter()
@@ -296,9 +309,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
                     details={"why": "a node runs on no device: no CPU core and it is not accelerator-supported"
                              if k else "no devices"})
     ub, start_plan = _latency_upper_bound(w, warm_start, pieces)
-    model = mip.Model(sense=mip.MINIMIZE, solver_name=solver.upper() if solver == "cbc" else "highs")
-    model.verbose = int(verbose)
-    model.max_mip_gap = gap
+    model = _new_model(solver, gap, verbose)
     slots = [(d, p) for d in range(k) for p in range(pieces)]
     CPU = (-1, 0)
     x: dict[tuple[int, tuple[int, int]], mip.Var] = {}
@@ -417,11 +428,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     value = evaluate.latency(w, assignment, piece_of).value
     lb = min(bound, value) if bound is not None else None
     g = gap_of(value, lb)
-    if status == mip.OptimizationStatus.OPTIMAL:
-        label = "optimal" if g is not None and g <= 1e-6 else "feasible"
-    else:
-        label = "time_limit"
-    return Plan("latency", method, label, value, assignment, lower_bound=lb, gap=g, seconds=seconds,
+    return Plan("latency", method, _status_label(status, g), value, assignment, lower_bound=lb, gap=g, seconds=seconds,
                 pieces=piece_of, details={**details, "ip_objective": model.objective_value})
 
 
