@@ -47,8 +47,8 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
 
     ``ip`` options: ``contiguous`` (throughput: every device's part convex), ``split_passes``
     (training: minimise max forward load + max backward load), ``pieces`` (latency: calls per
-    accelerator), ``time_limit`` seconds, ``solver`` (highs | cbc), ``warm_start`` from the
-    DP's plan (throughput) or the better of the greedy's and the DP's (latency).
+    accelerator), ``time_limit`` seconds (also bounds ``dp``), ``solver`` (highs | cbc),
+    ``warm_start`` from the best of the quick methods (QUICK_THROUGHPUT, QUICK_LATENCY).
     """
     if objective not in OBJECTIVES:
         raise OnnxsplitError(f"unknown objective '{objective}' (choose from {', '.join(OBJECTIVES)})")

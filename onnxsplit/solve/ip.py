@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import OnnxsplitError, SolveError
+from ..errors import OnnxsplitError, SolveError, SplitError
 from ..plan import Plan, gap_of
 from ..workload import Workload
 from . import evaluate
@@ -459,17 +459,18 @@ def _latency_upper_bound(w: Workload, warm_start: dict[int, str] | None, pieces:
         best = evaluate.latency(w, {int(i): cpu for i in w.ids}).value
     if warm_start:
         dev = evaluate.device_array(w, warm_start)
-        if not evaluate.check(w, warm_start):
-            pc = evaluate.accelerator_pieces(w, dev)
-            _, _, order = evaluate._blocks(w, dev, pc)
-            if order is not None and pc.max(initial=0) <= pieces:
-                cpu_name = w.devices[w.num_accelerators].name if w.num_cpus else None
-                a = {int(i): (cpu_name if dev[j] >= w.num_accelerators else warm_start[int(i)])
-                     for j, i in enumerate(w.ids)}
-                pc_map = {int(w.ids[j]): int(pc[j]) for j in range(w.n) if dev[j] < w.num_accelerators}
+        pc = evaluate.accelerator_pieces(w, dev)
+        if not evaluate.check(w, warm_start) and pc.max(initial=0) <= pieces:
+            cpu_name = w.devices[w.num_accelerators].name if w.num_cpus else None
+            a = {int(i): (cpu_name if dev[j] >= w.num_accelerators else warm_start[int(i)])
+                 for j, i in enumerate(w.ids)}
+            pc_map = {int(w.ids[j]): int(pc[j]) for j in range(w.n) if dev[j] < w.num_accelerators}
+            try:
                 value = evaluate.latency(w, a, pc_map).value
-                if value <= best:
-                    best, plan = value, (a, pc_map)
+            except SplitError:  # the pieces wait on each other: no schedule with these calls
+                value = None
+            if value is not None and value <= best:
+                best, plan = value, (a, pc_map)
     if not np.isfinite(best):
         # no CPU and no usable start: the sum of all latencies bounds any schedule
         best = float(w.cpu_latency.sum() + w.acc_latency.sum() + 2 * w.out_cost.sum()) + 1.0
