@@ -405,9 +405,11 @@ def solve(workload: Workload, linear_only: bool = False,
         details["preprocessing"] = ("reference: zero-latency nodes holding memory merged into their neighbour "
                                     "(the exact lattice has too many ideals); optimal under that restriction only")
     method = "dp_linear" if linear_only else "dp"
+    proven = not linear_only and not like_reference and not timed_out
     if not np.isfinite(best.value):
-        return Plan("throughput", method, "infeasible" if not like_reference else "time_limit", None, {},
-                    seconds=time.perf_counter() - start, details=details)
+        # no plan: infeasible when the search was complete (dp_linear: along its orders)
+        status = "infeasible" if proven or linear_only else "time_limit"
+        return Plan("throughput", method, status, None, {}, seconds=time.perf_counter() - start, details=details)
     assignment, stages = _assignment(workload, inst, best.parts)
     scored = evaluate.max_load(workload, assignment).value
     if abs(scored - best.value) > 1e-6 * max(1.0, abs(scored)):
@@ -415,7 +417,6 @@ def solve(workload: Workload, linear_only: bool = False,
     problems = evaluate.check(workload, assignment, contiguity="ideal_chain")
     if problems:
         raise SolveError("internal error: DP plan is invalid: " + problems[0])
-    proven = not linear_only and not like_reference and not timed_out
     status = "optimal" if proven else ("time_limit" if timed_out else "feasible")
     return Plan("throughput", method, status, scored, assignment,
                 lower_bound=scored if proven else None, gap=0.0 if proven else None,
