@@ -15,6 +15,15 @@ Place a neural network's operators across devices (accelerators and CPU cores) t
 maximise pipelined throughput or minimise single-stream latency, following Tarnawski et
 al., "Efficient Algorithms for Device Placement of DNN Graph Operators" (NeurIPS 2020).
 
+The main command,
+
+  onnxsplit model.onnx --out parts/
+
+profiles the model (cached), plans for the devices present (CPU cores, and CUDA or other
+execution providers where installed; --devices cluster.json plans for hardware elsewhere),
+writes one ONNX model per device with a manifest and plan.json, and checks that the parts
+reproduce the original.  'onnxsplit run parts/' runs them as a pipeline and measures it.
+
 A workload is the paper's JSON format: a DAG of nodes with CPU and accelerator
 latencies, memory sizes and colour classes, edges with transfer costs, and the number of
 accelerators (with their memory) and CPU cores.
@@ -22,6 +31,11 @@ accelerators (with their memory) and CPU cores.
 
 EPILOG = """\
 examples:
+  onnxsplit model.onnx --out parts/                   split for this machine, verify, summarise
+  onnxsplit model.onnx --out parts/ --input-shape input_ids=1x128 --objective latency
+  onnxsplit model.onnx --out parts/ --pin 'Shape|Gather=cpu' --devices cluster.json
+  onnxsplit export model.onnx --plan parts/plan.json --out parts2/   re-apply an edited plan
+  onnxsplit run parts/                                verify, then measure the pipeline
   onnxsplit profile model.onnx --input-shape input_ids=1x128 -o profile.json
                                                       time every operator on each device
   onnxsplit workload model.onnx --input-shape input_ids=1x128 --devices cluster.json \\
@@ -36,6 +50,9 @@ examples:
   onnxsplit evaluate workload.json split.json --objective latency
 """
 
+
+COMMANDS = ("split", "export", "run", "solve", "compare", "evaluate", "profile", "workload",
+            "devices")
 
 METHOD_CHOICES = ["dp", "dp_linear", "ip", "greedy", "local_search", "pipedream", "scotch", "metis", "one_accelerator",
                   "all_cpu", "given", "ort_default", "hetero_greedy"]
@@ -133,6 +150,57 @@ def _parser() -> argparse.ArgumentParser:
     wl.add_argument("-o", "--output", metavar="WORKLOAD.json",
                     help="write the workload here (default: print it)")
 
+    placed = argparse.ArgumentParser(add_help=False)
+    placed.add_argument("--out", required=True, metavar="DIR", help="folder to write the parts into (new)")
+    placed.add_argument("--devices", metavar="CLUSTER.json",
+                        help="cluster spec to plan for (default: this machine's CPU cores and "
+                             "execution providers; see 'onnxsplit devices')")
+    placed.add_argument("--accelerator", metavar="NAME",
+                        help="the cluster's accelerator device to use, when it has several")
+    placed.add_argument("--profile", metavar="PROFILE.json",
+                        help="profile file to use and add to (default: the per-user cache)")
+    placed.add_argument("--force", action="store_true", help="replace an existing --out folder")
+    placed.add_argument("--no-verify", action="store_true",
+                        help="do not run the parts against the original model")
+
+    sp = sub.add_parser("split", parents=[model, placed, out], help="the main command: split a model "
+                        "into verified per-device parts (also: onnxsplit MODEL --out DIR)",
+                        description="Profile the model (or reuse the cached profile), plan for the "
+                                    "devices, write per-device ONNX parts, manifest.json and "
+                                    "plan.json into --out, and check the parts against the "
+                                    "original model.")
+    sp.add_argument("--objective", default="throughput", choices=["throughput", "latency"],
+                    help="throughput: pipelined samples per second; latency: one sample's time "
+                         "(default: throughput)")
+    sp.add_argument("--pin", action="append", default=[], metavar="REGEX=DEVICE",
+                    help="keep operators whose name contains REGEX (or whose op type is REGEX) on "
+                         "DEVICE: cpu, or the accelerator (e.g. 'Shape|Gather=cpu'); repeatable")
+    sp.add_argument("--method", default="auto", choices=["auto"] + METHOD_CHOICES, metavar="METHOD",
+                    help="auto (default): the exact DP for throughput where the graph allows, else "
+                         "the linearized DP; the integer program for latency with accelerators. "
+                         "Or any method of 'onnxsplit solve'")
+    sp.add_argument("--time-limit", type=float, default=30.0, metavar="S",
+                    help="seconds for the solver (default 30)")
+
+    ex = sub.add_parser("export", parents=[model, placed, out], help="write the parts of a given plan",
+                        description="Apply a plan.json (as the main command writes it; nodes by "
+                                    "name, devices acc0.., cpu0..; edit it freely) to the model "
+                                    "and write the verified parts into --out.")
+    ex.add_argument("--plan", required=True, metavar="PLAN.json", help="the plan to apply")
+
+    rn = sub.add_parser("run", parents=[out], help="verify and time an exported parts folder",
+                        description="Load each part on its execution provider, check one sample "
+                                    "against the original model, then stream samples through a "
+                                    "pipeline (one worker per device, one single-threaded session "
+                                    "per CPU core) and compare with the whole model in one "
+                                    "single-threaded session and with the plan's prediction.")
+    rn.add_argument("parts", help="folder written by onnxsplit (with manifest.json)")
+    rn.add_argument("--model", metavar="MODEL.onnx",
+                    help="the original model (default: the path in the manifest)")
+    rn.add_argument("--samples", type=int, default=50, metavar="N", help="timed samples (default 50)")
+    rn.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed samples first (default 5)")
+    rn.add_argument("--no-measure", action="store_true", help="only verify the outputs")
+
     dv = sub.add_parser("devices", help="print this machine's cluster spec",
                         description="Print this machine's devices and links as a cluster spec "
                                     "(JSON): a starting point for --devices.")
@@ -147,6 +215,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        argv.insert(0, "split")  # onnxsplit MODEL --out DIR
     args = _parser().parse_args(argv)
     if args.command is None:
         _parser().print_help()
@@ -154,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import OnnxsplitError
 
     try:
-        return {"solve": _solve, "evaluate": _evaluate, "compare": _compare, "profile": _profile,
+        return {"split": _split, "export": _export, "run": _run, "solve": _solve, "evaluate": _evaluate, "compare": _compare, "profile": _profile,
                 "workload": _workload, "devices": _devices}[args.command](args)
     except OnnxsplitError as e:
         print(f"onnxsplit: error: {e}", file=sys.stderr)
@@ -165,6 +236,90 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0
+
+
+def _split(args) -> int:
+    from . import api
+    from .split import split
+
+    result = split(args.model, args.out, devices=args.devices, objective=args.objective,
+                   input_shapes=api.parse_input_shapes(args.input_shape), pins=args.pin,
+                   method=args.method, time_limit=args.time_limit, force=args.force,
+                   quiet=args.quiet or args.json, verify=not args.no_verify, profile=args.profile,
+                   accelerator=args.accelerator)
+    return _print_split(result, args.json)
+
+
+def _export(args) -> int:
+    from . import api
+    from .split import export_plan
+
+    result = export_plan(args.model, args.plan, args.out, devices=args.devices,
+                         input_shapes=api.parse_input_shapes(args.input_shape), force=args.force,
+                         quiet=args.quiet or args.json, verify=not args.no_verify,
+                         profile=args.profile, accelerator=args.accelerator)
+    return _print_split(result, args.json)
+
+
+def _print_split(result: dict, as_json: bool) -> int:
+    from .split import VERIFY_TOLERANCE
+
+    verify = result.get("verify")
+    bad = verify is not None and not verify["max_abs_error"] <= VERIFY_TOLERANCE
+    if as_json:
+        print(json.dumps(result))
+        return 1 if bad else 0
+    m, plan, pred = result["model"], result["plan"], result["predicted"]
+    shapes = " ".join(f"{k}={'x'.join(map(str, v))}" for k, v in m["input_shapes"].items())
+    print(f"model: {m['path']}, {m['operators']} operators, {m['weight_bytes'] / 2**20:.1f} MiB of "
+          f"weights" + (f"; {shapes}" if shapes else ""))
+    how = f"{plan['objective']} by {plan['method']}, {plan['status']}"
+    if plan.get("gap") is not None:
+        how += f", gap {plan['gap']:.1%}"
+    print(f"plan: {how} ({plan['seconds']:.1f} s)")
+    print(f"  {'device':<8} {'nodes':>6} {'load ms':>10}  parts")
+    for row in result["devices"]:
+        print(f"  {row['device']:<8} {row['nodes']:>6} {row['load_ms']:>10.3f}  {' '.join(row['parts'])}")
+    single = pred["single_device"]
+    tput = pred["throughput_per_s"]
+    print(f"predicted: {tput:.1f} samples/s pipelined ({pred['max_load_ms']:.2f} ms per sample), "
+          f"latency {pred['latency_ms']:.2f} ms")
+    if single.get("throughput_per_s"):
+        print(f"best single device ({single['device']}): {single['throughput_per_s']:.1f} samples/s, "
+              f"latency {single['latency_ms']:.2f} ms; the plan: {tput / single['throughput_per_s']:.2f}x "
+              "the throughput")
+    for v in result["violations"]:
+        print(f"warning: the plan breaks: {v}")
+    if verify is not None:
+        print(f"verify: max abs error {verify['max_abs_error']:.2g}, max rel error "
+              f"{verify['max_rel_error']:.2g} over {verify['outputs']} outputs"
+              + ("" if not bad else f" -- ABOVE {VERIFY_TOLERANCE:g}"))
+    print(f"wrote {result['out']}: {' '.join(result['parts'])} manifest.json plan.json")
+    print(f"next: onnxsplit run {result['out']}   (pipeline throughput, measured)")
+    return 1 if bad else 0
+
+
+def _run(args) -> int:
+    from .runner import run_parts
+
+    result = run_parts(args.parts, model=args.model, samples=args.samples, warmup=args.warmup,
+                       measure=not args.no_measure)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    v = result["verify"]
+    print(f"{result['parts_dir']}: {len(result['parts'])} parts on {', '.join(result['devices'])}")
+    print(f"verify: max abs error {v['max_abs_error']:.2g}, max rel error {v['max_rel_error']:.2g} "
+          f"over {v['outputs']} outputs")
+    if "measured" not in result:
+        return 0
+    rows = [("measured (pipeline)", result["measured"]), ("predicted (plan)", result["predicted"]),
+            ("whole model, 1 thread", result["single_device"])]
+    print(f"  {'':<24} {'latency ms':>11} {'samples/s':>10}")
+    for label, r in rows:
+        if r:
+            print(f"  {label:<24} {r['latency_ms']:>11.2f} {r['throughput_per_s']:>10.1f}")
+    return 0
 
 
 def _solve(args) -> int:

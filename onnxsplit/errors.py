@@ -17,6 +17,10 @@ class SolveError(OnnxsplitError):
     """A solver could not produce a plan (infeasible, too large, ...)."""
 
 
+class TooManyIdeals(SolveError):
+    """The graph's lattice of ideals is too large for the exact DP (a linearized DP is not)."""
+
+
 class ModelError(OnnxsplitError):
     """An ONNX model cannot be imported (unreadable, malformed, unbound shape, unrunnable op)."""
 

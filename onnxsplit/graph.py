@@ -110,6 +110,15 @@ class OpGraph:
     def weight_bytes(self) -> int:
         return sum(t.bytes for t in self.weights)
 
+    def proto(self) -> onnx.ModelProto:
+        """The model file without weight data (external data stays a reference), its nodes
+        renamed to this graph's unique names, IR version within onnxruntime's range."""
+        model = _load(Path(self.path))
+        for node, opnode in zip(model.graph.node, sorted(self.nodes, key=lambda n: n.index)):
+            node.name = opnode.name
+        model.ir_version = min(max(model.ir_version, 4), shapes.ORT_MAX_IR_VERSION)
+        return model
+
     def weights_of(self, node: str) -> tuple[str, ...]:
         return tuple(t for t in self.node(node).dependencies if self.tensors[t].kind == "initializer")
 

@@ -71,6 +71,16 @@ def gap_of(value: float | None, lower_bound: float | None) -> float | None:
     return max(0.0, (value - lower_bound) / abs(value))
 
 
+def read_json(path: str | Path) -> Any:
+    """A split or plan file's JSON; SplitError naming the file when it cannot be read."""
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise SplitError(f"{path}: cannot read: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise SplitError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
 def read_split(path: str | Path, workload: Workload) -> dict[int, str]:
     """Read a split file (paper format, or a plan's JSON) as node id -> device name.
 
@@ -78,12 +88,7 @@ def read_split(path: str | Path, workload: Workload) -> dict[int, str]:
     the other members of its colour class (so training splits take the backward nodes
     along).  Accelerators are numbered in file order, CPU entries likewise.
     """
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise SplitError(f"{path}: cannot read: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise SplitError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    data = read_json(path)
     if isinstance(data, dict) and "assignment" in data:
         return Plan.from_json(data).assignment
     if not isinstance(data, dict) or "fpgas" not in data or "cpus" not in data:

@@ -50,10 +50,17 @@ def test_tiny_bert_on_estimated_gpus(tiny):
     entry = prof.entries[0]
     by_name = {n.name: n for n in w.nodes}
     assert list(by_name) == [n.name for n in graph.nodes]  # ONNX names, topological ids
+    # node times are scaled so they add up to the whole model measured in the same run
+    whole = entry.whole_model_ms["median"]
+    scale = whole / sum(t.median_ms for t in entry.nodes.values())
+    assert w.extra["onnxsplit"]["cpu"]["latencyScale"] == pytest.approx(scale, rel=1e-5)
+    assert sum(n.cpu_latency for n in w.nodes) == pytest.approx(whole, rel=1e-5)
+    raw = build_workload(graph, prof, cluster, calibrate=False)
     for i, n in enumerate(graph.nodes):
         node = by_name[n.name]
         assert node.id == i and node.extra["opType"] == n.op_type
-        assert node.cpu_latency == entry.nodes[n.name].median_ms
+        assert node.cpu_latency == pytest.approx(entry.nodes[n.name].median_ms * scale, rel=1e-6, abs=1e-9)
+        assert raw.nodes[i].cpu_latency == entry.nodes[n.name].median_ms
         assert node.extra["latencySource"] == {"cpu": "measured", "acc": "estimated"}
         assert node.acc_latency > 0 and node.supported
     # every edge's cost: link latency + bytes / bandwidth per tensor the source's readers take
@@ -177,13 +184,16 @@ def test_profile_measured_elsewhere_is_reused(tiny, tmp_path, monkeypatch):
 
     monkeypatch.setattr(onnxsplit.profile, "_measure", no_profiling)
     w = api.build_workload(TINY_BERT, TINY_BERT_SHAPES, devices=cfile, profile=f.path, quiet=True)
+    cpu_scale = 2.0 / sum(2 * t.median_ms for t in cpu.nodes.values())
+    gpu_scale = 1.0 / sum(t.median_ms / 10 for n, t in cpu.nodes.items() if t.op_type != "Softmax")
     for n in w.nodes:
         src = cpu.nodes[n.name]
-        assert n.cpu_latency == 2 * src.median_ms  # the server's CPU, not this machine's
+        # the server's CPU, not this machine's
+        assert n.cpu_latency == pytest.approx(2 * src.median_ms * cpu_scale, rel=1e-6, abs=1e-9)
         if n.extra["opType"] == "Softmax":
             assert not n.supported and n.extra["latencySource"]["acc"] == "estimated"
         else:
-            assert n.supported and n.acc_latency == src.median_ms / 10
+            assert n.supported and n.acc_latency == pytest.approx(src.median_ms / 10 * gpu_scale, rel=1e-6, abs=1e-9)
             assert n.extra["latencySource"]["acc"] == "measured"
     assert w.extra["onnxsplit"]["accelerator"]["profile"]["host"] == "gpu-server"
 

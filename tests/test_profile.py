@@ -132,7 +132,7 @@ def test_if_and_loop_timed_with_their_captured_inputs(tmp_path):
         assert t.error is None and t.median_ms > 0, (name, t)
     # the single-node model of If reads its branches' outer-scope tensors as inputs
     g = OpGraph.from_onnx(path)
-    model = measure.prepared_model(g)
+    model = g.proto()
     values = measure.reference_values(model, g, measure.input_feeds(g))
     nm = measure.node_model(model, g, g.node("if"), values)
     assert set(nm.feeds) == {"c", "h"}
@@ -142,7 +142,7 @@ def test_if_and_loop_timed_with_their_captured_inputs(tmp_path):
 def test_single_node_model_keeps_weights_and_runs(tmp_path):
     path = shared_weight(tmp_path / "s.onnx")
     g = OpGraph.from_onnx(path)
-    model = measure.prepared_model(g)
+    model = g.proto()
     values = measure.reference_values(model, g, measure.input_feeds(g))
     nm = measure.node_model(model, g, g.node("mm2"), values)
     assert [t.name for t in nm.proto.graph.initializer] == ["W"]

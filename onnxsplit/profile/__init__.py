@@ -104,7 +104,7 @@ def _measure(path: Path, bound, key: str, eps: list[str], repeats: int, warmup: 
     from . import measure
 
     graph = OpGraph.from_onnx(path, bound)
-    model = measure.prepared_model(graph)
+    model = graph.proto()
     feeds = measure.input_feeds(graph)
     values = measure.reference_values(model, graph, feeds)
     entries = []

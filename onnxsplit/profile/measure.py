@@ -51,17 +51,6 @@ _ELEM_TYPE = {name: et for et, (name, _bits) in shapes.DTYPES.items()}
 # --------------------------------------------------------------------- reference values
 
 
-def prepared_model(graph: OpGraph) -> onnx.ModelProto:
-    """The model file without weight data, node names made unique like the OpGraph's."""
-    from ..graph import _load
-
-    model = _load(Path(graph.path))
-    for node, opnode in zip(model.graph.node, sorted(graph.nodes, key=lambda n: n.index)):
-        node.name = opnode.name
-    model.ir_version = min(max(model.ir_version, 4), shapes.ORT_MAX_IR_VERSION)
-    return model
-
-
 def input_feeds(graph: OpGraph, seed: int = 0) -> dict[str, np.ndarray]:
     """Stand-in values for the user inputs: random floats in [0, 1), ones for integers."""
     rng = np.random.default_rng(seed)

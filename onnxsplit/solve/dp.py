@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, objmode
 
-from ..errors import SolveError
-from ..plan import Plan
+from ..errors import SolveError, TooManyIdeals
+from ..plan import Plan, gap_of
 from ..workload import Workload
 from . import evaluate, lattice, preprocess
 
@@ -378,7 +378,7 @@ def solve(workload: Workload, linear_only: bool = False,
     if not linear_only:
         try:
             lat = lattice.enumerate_ideals(inst.preds, inst.succs, limit=min(ideal_limit, EXACT_IDEAL_BUDGET))
-        except SolveError:
+        except TooManyIdeals:
             like_reference = True
             inst = build_instance(workload, like_reference=True)
             lat = lattice.enumerate_ideals(inst.preds, inst.succs, limit=ideal_limit)
@@ -418,8 +418,9 @@ def solve(workload: Workload, linear_only: bool = False,
     if problems:
         raise SolveError("internal error: DP plan is invalid: " + problems[0])
     status = "optimal" if proven else ("time_limit" if timed_out else "feasible")
+    bound = scored if proven else min(scored, evaluate.work_lower_bound(workload))
     return Plan("throughput", method, status, scored, assignment,
-                lower_bound=scored if proven else None, gap=0.0 if proven else None,
+                lower_bound=bound, gap=gap_of(scored, bound),
                 seconds=time.perf_counter() - start, stages=stages,
                 details={**details, "contiguous": True, "dp_value": best.value})
 

@@ -102,6 +102,21 @@ def max_load(workload: Workload, assignment: dict[int, str]) -> Score:
     return Score(max(loads.values(), default=0.0), loads)
 
 
+def work_lower_bound(workload: Workload) -> float:
+    """A max load no plan beats: every node costs at least its cheaper allowed latency on
+    some device, so the largest such cost and the average over all devices are bounds
+    (transfers only add).  What a heuristic's plan is measured against."""
+    devices = workload.num_accelerators + workload.num_cpus
+    if devices == 0 or workload.n == 0:
+        return 0.0
+    cheapest = workload.cpu_latency.copy() if workload.num_cpus else np.full(workload.n, np.inf)
+    if workload.num_accelerators:
+        acc = np.where(workload.supported, workload.acc_latency, np.inf)
+        cheapest = np.minimum(cheapest, acc)
+    cheapest = cheapest[np.isfinite(cheapest)]
+    return float(max(cheapest.max(initial=0.0), cheapest.sum() / devices))
+
+
 def pass_loads(workload: Workload, assignment: dict[int, str], backward: bool) -> dict[str, float]:
     """Loads of the forward (or backward) pass alone: its nodes and the tensors they produce.
 
@@ -110,19 +125,19 @@ def pass_loads(workload: Workload, assignment: dict[int, str], backward: bool) -
     return _loads(workload, device_array(workload, assignment), mask)
 
 
-def accelerator_pieces(workload: Workload, dev: np.ndarray) -> np.ndarray:
+def accelerator_pieces(workload: Workload, dev: np.ndarray, cpus: bool = False) -> np.ndarray:
     """Split each accelerator's nodes into contiguous pieces (the reference's rule).
 
     piece(v) = 1 + the number of times a path into v has left v's device, maximised over
     paths; pieces of one device are convex and their contraction is acyclic.  A split that
     is already contiguous per device keeps one piece per device.  Returns the piece number
-    (1-based) per node; 0 for CPU nodes.
+    (1-based) per node; 0 for CPU nodes (unless ``cpus``: CPU cores get pieces too).
     """
     k = workload.num_accelerators
     piece = np.zeros(workload.n, dtype=np.int64)
     order = workload.topological_order
     preds = workload.predecessors
-    for d in np.unique(dev[dev < k]):
+    for d in np.unique(dev if cpus else dev[dev < k]):
         label = np.zeros(workload.n, dtype=np.int64)
         for v in order:
             inside = dev[v] == d
@@ -135,7 +150,7 @@ def accelerator_pieces(workload: Workload, dev: np.ndarray) -> np.ndarray:
     return piece
 
 
-def switch_pieces(workload: Workload, dev: np.ndarray) -> np.ndarray:
+def switch_pieces(workload: Workload, dev: np.ndarray, cpus: bool = False) -> np.ndarray:
     """Pieces that are always schedulable: a new piece at every device switch on a path.
 
     piece(v) = max over predecessors u of piece(u) + [u on another device].  Along every
@@ -148,18 +163,20 @@ def switch_pieces(workload: Workload, dev: np.ndarray) -> np.ndarray:
     for v in workload.topological_order:
         for u in preds[v]:
             label[v] = max(label[v], label[u] + (1 if dev[u] != dev[v] else 0))
-    return np.where(dev < workload.num_accelerators, label, 0)
+    return label if cpus else np.where(dev < workload.num_accelerators, label, 0)
 
 
-def _blocks(workload: Workload, dev: np.ndarray, piece: np.ndarray):
-    """Group nodes into calls: each CPU node alone, each (accelerator, piece) together.
+def _blocks(workload: Workload, dev: np.ndarray, piece: np.ndarray, serial_cpus: bool = False):
+    """Group nodes into calls: each CPU node alone (with ``serial_cpus``: each (core,
+    piece) together), each (accelerator, piece) together.
 
     Returns (block of each node, members of each block, blocks in topological order or
     None when the blocks form a cycle)."""
     from ..workload import topological_sort
 
     k = workload.num_accelerators
-    key = np.where(dev < k, dev * (workload.n + 1) + piece, -1 - np.arange(workload.n))
+    grouped = np.ones(workload.n, dtype=bool) if serial_cpus else dev < k
+    key = np.where(grouped, dev * (workload.n + 1) + piece, -1 - np.arange(workload.n))
     _, block = np.unique(key, return_inverse=True)
     nblocks = int(block.max()) + 1
     members: list[list[int]] = [[] for _ in range(nblocks)]
@@ -172,7 +189,8 @@ def _blocks(workload: Workload, dev: np.ndarray, piece: np.ndarray):
     return block, members, topological_sort(nblocks, succ)
 
 
-def latency(workload: Workload, assignment: dict[int, str], pieces: dict[int, int] | None = None) -> Score:
+def latency(workload: Workload, assignment: dict[int, str], pieces: dict[int, int] | None = None,
+            serial_cpus: bool = False) -> Score:
     """Single-stream latency; each accelerator piece is one call (see module docstring).
 
     ``pieces`` (node id -> piece number, for accelerator nodes) gives the calls explicitly,
@@ -180,31 +198,37 @@ def latency(workload: Workload, assignment: dict[int, str], pieces: dict[int, in
     them, pieces follow the reference's per-device rule (:func:`accelerator_pieces`); where
     those wait on each other across accelerators (no order can run them), every device
     switch starts a new piece instead (:func:`switch_pieces`).
+
+    ``serial_cpus``: a CPU core runs its nodes one after another, in calls (pieces) like an
+    accelerator's but with no transfer cost -- how the runner executes exported parts, where
+    the paper's model lets CPU nodes run with unbounded parallelism.
     """
     dev = device_array(workload, assignment)
     k = workload.num_accelerators
+    grouped = np.ones(workload.n, dtype=bool) if serial_cpus else dev < k
     if pieces:
         given = np.array([pieces.get(int(i), 0) for i in workload.ids], dtype=np.int64)
-        block, members, order = _blocks(workload, dev, np.where(dev < k, given, 0))
+        block, members, order = _blocks(workload, dev, np.where(grouped, given, 0), serial_cpus)
         if order is None:
             raise SplitError("the given pieces wait on each other in a cycle (a piece is not convex, "
                              "or two calls need each other's output)")
     else:
-        block, members, order = _blocks(workload, dev, accelerator_pieces(workload, dev))
+        block, members, order = _blocks(workload, dev, accelerator_pieces(workload, dev, serial_cpus),
+                                        serial_cpus)
         if order is None:
-            block, members, order = _blocks(workload, dev, switch_pieces(workload, dev))
+            block, members, order = _blocks(workload, dev, switch_pieces(workload, dev, serial_cpus),
+                                            serial_cpus)
     finish = np.zeros(workload.n)
     preds, succs, cost = workload.predecessors, workload.successors, workload.out_cost
     for b in order:
         nodes = members[b]
         first = nodes[0]
-        if dev[first] >= k:  # a CPU node
-            start = max((finish[u] for u in preds[first]), default=0.0)
-            finish[first] = start + workload.cpu_latency[first]
-            continue
         inside = set(nodes)
         senders = {u for v in nodes for u in preds[v] if u not in inside}
         start = max((finish[u] for u in senders), default=0.0)
+        if dev[first] >= k:  # CPU nodes: no transfer cost
+            finish[nodes] = start + float(workload.cpu_latency[nodes].sum())
+            continue
         incoming = sum(cost[u] for u in senders)
         outgoing = sum(cost[u] for u in nodes if any(w not in inside for w in succs[u]))
         compute = float(workload.acc_latency[nodes].sum())

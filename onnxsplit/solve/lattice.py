@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import SolveError
+from ..errors import TooManyIdeals
 
 DEFAULT_IDEAL_LIMIT = 1_000_000
 
@@ -65,7 +65,7 @@ def enumerate_ideals(preds: list[list[int]], succs: list[list[int]], limit: int 
             if j is None:
                 j = len(masks)
                 if j >= limit:
-                    raise SolveError(f"the graph has over {limit:,} ideals: too many for the exact DP "
+                    raise TooManyIdeals(f"the graph has over {limit:,} ideals: too many for the exact DP "
                                      f"(use --method dp_linear or an integer program)")
                 id_of[child] = j
                 masks.append(child)

@@ -1,0 +1,503 @@
+"""Export: a placement becomes a folder of runnable per-device ONNX parts and a manifest.
+
+A *part* is a set of nodes one device runs in one call.  By default each device's nodes
+form one part; a latency plan's pieces (several calls on one device) give several.  The
+parts must contract to a DAG: the exporter raises ``SplitError`` naming the cycle before
+it writes anything.
+
+The folder holds:
+
+- ``part<i>_<device>.onnx`` per part, in execution order: the original nodes (If/Loop/Scan
+  whole, with the outer-scope tensors their subgraphs read as part inputs), its boundary
+  tensors as graph inputs and outputs (dtype and the original's symbolic shape), the
+  weights it reads as references into one shared ``weights.bin`` (written once, never
+  copied per part; tensors of at most ``INLINE_BYTES`` stay inline), annotations in
+  ``metadata_props``;
+- ``weights.bin``;
+- ``manifest.json``: the parts in order with device, execution provider, inputs (and
+  which part or model input feeds them) and outputs (and which parts read them); every
+  tensor that crosses parts with its producer, consumers, dtype, bound shape and bytes;
+  the model's inputs and outputs; the prediction the plan made.
+
+The parts are built directly from the model's protobuf (no ``onnx.utils.extract_model``,
+which drops subgraphs' outer-scope inputs and fails on models over 2 GB), and the weights
+are streamed tensor by tensor from the original file or its external data.  Everything is
+written into a temporary sibling folder that is renamed into place at the end, so a
+failure leaves no half-written output behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import onnx
+from onnx import AttributeProto, TensorProto
+
+from .errors import OnnxsplitError, SplitError
+from .graph import OpGraph
+
+FORMAT = "onnxsplit-parts/1"
+MANIFEST = "manifest.json"
+WEIGHTS = "weights.bin"
+INLINE_BYTES = 1024  # weights this small stay inside each part that reads them
+_ALIGN_BIG = 64 * 1024  # page-aligned offsets let onnxruntime map big tensors from the file
+_BIG = 1 << 20
+MODEL_INPUT = "input"  # the producer named for a model input
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str  # "part<i>_<device>", also the file's stem
+    device: str
+    execution_provider: str
+    nodes: tuple[str, ...]  # graph order
+    inputs: tuple[str, ...]  # tensors it reads from other parts or the model's inputs
+    outputs: tuple[str, ...]  # tensors other parts read, and model outputs it makes
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}.onnx"
+
+
+@dataclass
+class Export:
+    """What :func:`export` wrote: the folder, the parts in order, and the manifest."""
+
+    out: Path
+    parts: list[Part]
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------ the parts
+
+
+def make_parts(graph: OpGraph, device_of: Mapping[str, str], providers: Mapping[str, str],
+               piece_of: Mapping[str, int] | None = None) -> list[Part]:
+    """Group nodes into parts (device, piece) in an execution order; SplitError on a cycle.
+
+    ``device_of``: node name -> device; ``providers``: device -> execution provider;
+    ``piece_of`` (optional): node name -> call number on its device.
+    """
+    missing = [n.name for n in graph.nodes if n.name not in device_of]
+    if missing:
+        raise SplitError(f"node '{missing[0]}' is not placed"
+                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    unknown = sorted({d for d in device_of.values() if d not in providers})
+    if unknown:
+        raise SplitError(f"device '{unknown[0]}' has no execution provider "
+                         f"(known devices: {', '.join(sorted(providers)) or 'none'})")
+    key_of = {n.name: (device_of[n.name], (piece_of or {}).get(n.name, 0)) for n in graph.nodes}
+    members: dict[tuple[str, int], list[str]] = {}
+    for n in graph.nodes:
+        members.setdefault(key_of[n.name], []).append(n.name)
+    keys = list(members)  # order of first node: a topological tie-break
+
+    producer_key = {o: key_of[n.name] for n in graph.nodes for o in n.outputs if o}
+    succ: dict[tuple[str, int], dict[tuple[str, int], str]] = {k: {} for k in keys}
+    for n in graph.nodes:
+        for t in n.dependencies:
+            src = producer_key.get(t)
+            if src is not None and src != key_of[n.name]:
+                succ[src].setdefault(key_of[n.name], t)
+    order = _part_order(keys, succ)
+
+    names = {k: f"part{i}_{k[0]}" for i, k in enumerate(order)}
+    outputs_of_model = set(graph.outputs)
+    parts = []
+    for k in order:
+        inside = set(members[k])
+        produced = [o for m in members[k] for o in graph.node(m).outputs if o]
+        reads = dict.fromkeys(t for m in members[k] for t in graph.node(m).dependencies)
+        inputs = tuple(t for t in reads if graph.tensors[t].kind != "initializer"
+                       and (graph.tensors[t].producer is None or graph.tensors[t].producer not in inside))
+        outputs = tuple(o for o in produced
+                        if o in outputs_of_model
+                        or any(c not in inside for c in graph.tensors[o].consumers))
+        if not outputs:  # a part whose results nothing reads still needs a graph output
+            outputs = (produced[-1],)
+        parts.append(Part(names[k], k[0], providers[k[0]], tuple(members[k]), inputs, outputs))
+    return parts
+
+
+def _part_order(keys, succ) -> list:
+    """Kahn's order of the parts (earliest first node first); SplitError naming a cycle."""
+    import heapq
+
+    pos = {k: i for i, k in enumerate(keys)}
+    indeg = {k: 0 for k in keys}
+    for k in keys:
+        for t in succ[k]:
+            indeg[t] += 1
+    ready = [pos[k] for k in keys if indeg[k] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        k = keys[heapq.heappop(ready)]
+        order.append(k)
+        for t in succ[k]:
+            indeg[t] -= 1
+            if indeg[t] == 0:
+                heapq.heappush(ready, pos[t])
+    if len(order) < len(keys):
+        import networkx as nx
+
+        left = [k for k in keys if indeg[k] > 0]
+        g = nx.DiGraph((a, b, {"tensor": t}) for a in left for b, t in succ[a].items() if b in left)
+        cycle = nx.find_cycle(g)
+        label = lambda k: k[0] + (f" (call {k[1]})" if k[1] else "")  # noqa: E731
+        steps = ", ".join(f"{label(a)} -> {label(b)} via '{g.edges[a, b]['tensor']}'"
+                          for a, b in cycle)
+        raise SplitError(f"the parts wait on each other in a cycle ({steps}): a device's nodes "
+                         "must be one convex part per call; split them into pieces or change "
+                         "the plan")
+    return order
+
+
+# --------------------------------------------------------------------------- the writing
+
+
+def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
+           providers: Mapping[str, str], piece_of: Mapping[str, int] | None = None,
+           threads: Mapping[str, int] | None = None, predicted: Mapping[str, Any] | None = None,
+           plan: Mapping[str, Any] | None = None, files: Mapping[str, str] | None = None,
+           force: bool = False, check: bool = True) -> Export:
+    """Write the parts of ``graph`` placed by ``device_of`` into the new folder ``out``.
+
+    ``threads``: device -> intra-op threads its session should use (1 for a CPU core).
+    ``predicted`` ({"latency_ms", "throughput_per_s"}) and ``plan`` go into the manifest;
+    ``files`` (name -> text) are written beside it.
+    ``force`` replaces an existing ``out``; otherwise an existing ``out`` is an error.
+    """
+    out = Path(out)
+    parts = make_parts(graph, device_of, providers, piece_of)  # raises before any write
+    check_out(out, force)
+    model = graph.proto()
+    for o in graph.outputs:
+        if graph.tensors[o].kind == "initializer":
+            raise SplitError(f"model output '{o}' is a weight, not computed by any node: "
+                             "such a model cannot be split")
+    types = _declared_types(model)
+    base_dir = Path(graph.path).parent
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        with _WeightWriter(staging / WEIGHTS, base_dir) as weights:
+            protos = [_part_model(model, graph, p, parts, types, weights) for p in parts]
+        for p, proto in zip(parts, protos):
+            (staging / p.file).write_bytes(proto.SerializeToString())
+            if check:
+                try:
+                    onnx.checker.check_model(str(staging / p.file))
+                except Exception as e:  # the exporter's own bug, named per part
+                    raise OnnxsplitError(f"part {p.name} is not a valid ONNX model: "
+                                         f"{' '.join(str(e).split())[:300]}") from None
+        manifest = _manifest(graph, parts, weights, threads or {}, predicted, plan)
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        for name, text in (files or {}).items():
+            (staging / name).write_text(text)
+        if not weights.count:
+            (staging / WEIGHTS).unlink()
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 is for the staging only
+        _move_into_place(staging, out, force)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Export(out, parts, manifest)
+
+
+def check_out(out: str | Path, force: bool) -> Path:
+    """``out`` as a Path, if it may be written: absent, or a folder and ``force``."""
+    out = Path(out)
+    if out.exists() and not force:
+        raise OnnxsplitError(f"output folder '{out}' already exists: pass --force to replace it")
+    if out.exists() and not out.is_dir():
+        raise OnnxsplitError(f"output '{out}' exists and is not a folder")
+    return out
+
+
+def _move_into_place(staging: Path, out: Path, force: bool) -> None:
+    if out.exists():
+        if not force:
+            raise OnnxsplitError(f"output folder '{out}' already exists: pass --force to replace it")
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+        staging.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        staging.rename(out)
+
+
+def _declared_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Each tensor's type with the original's symbolic dims (inference on a weightless copy)."""
+    sk = onnx.ModelProto()
+    sk.ir_version = model.ir_version
+    sk.opset_import.extend(model.opset_import)
+    sk.functions.extend(model.functions)
+    g = sk.graph
+    g.node.extend(model.graph.node)
+    g.input.extend(model.graph.input)
+    g.output.extend(model.graph.output)
+    g.value_info.extend(model.graph.value_info)
+    for t in model.graph.initializer:
+        if t.data_location != TensorProto.EXTERNAL and _nbytes(t) <= 64 * 1024:
+            g.initializer.append(t)
+        else:  # dims and type are all inference needs of a big weight
+            g.initializer.append(onnx.TensorProto(name=t.name, dims=t.dims, data_type=t.data_type))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False)
+    except Exception:
+        inferred = sk
+    types: dict[str, onnx.TypeProto] = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        if vi.type.WhichOneof("value") is not None:
+            types[vi.name] = vi.type
+    return types
+
+
+def _nbytes(t: TensorProto) -> int:
+    from .shapes import proto_bytes
+
+    return proto_bytes(t)
+
+
+def _value_info(name: str, graph: OpGraph, types: Mapping[str, onnx.TypeProto]) -> onnx.ValueInfoProto:
+    vi = onnx.ValueInfoProto(name=name)
+    declared = types.get(name)
+    if declared is not None and (declared.WhichOneof("value") != "tensor_type"
+                                 or declared.tensor_type.elem_type):
+        vi.type.CopyFrom(declared)
+        return vi
+    from .shapes import DTYPES
+
+    dtype = graph.tensors[name].dtype
+    et = next((k for k, (n, _) in DTYPES.items() if n == dtype), None)
+    if et is None:
+        raise SplitError(f"tensor '{name}' ({dtype}) crosses parts but its type cannot be declared")
+    vi.type.tensor_type.elem_type = et
+    for _ in graph.tensors[name].shape:  # rank known, sizes left free
+        vi.type.tensor_type.shape.dim.add()
+    return vi
+
+
+def _part_model(model: onnx.ModelProto, graph: OpGraph, part: Part, parts: list[Part],
+                types, weights: "_WeightWriter") -> onnx.ModelProto:
+    src = model.graph
+    m = onnx.ModelProto()
+    m.ir_version = model.ir_version
+    m.opset_import.extend(model.opset_import)
+    m.functions.extend(model.functions)
+    m.producer_name = "onnxsplit"
+    m.domain = model.domain
+    m.model_version = model.model_version
+    g = m.graph
+    g.name = f"{src.name or 'graph'}_{part.name}"
+    for name in part.nodes:
+        node = g.node.add()
+        node.CopyFrom(src.node[graph.node(name).index])
+        weights.relocate_attributes(node)
+    for t in part.inputs:
+        g.input.append(_value_info(t, graph, types))
+    for t in part.outputs:
+        g.output.append(_value_info(t, graph, types))
+    by_name = weights.initializers(src)
+    reads = dict.fromkeys(t for n in part.nodes for t in graph.node(n).dependencies)
+    for t in reads:
+        if graph.tensors[t].kind == "initializer":
+            if t in by_name:
+                g.initializer.append(weights.reference(by_name[t]))
+            else:
+                g.sparse_initializer.extend(s for s in src.sparse_initializer if s.values.name == t)
+    producer = {o: p.name for p in parts for o in p.outputs}
+    consumers: dict[str, list[str]] = {}
+    for p in parts:
+        for t in p.inputs:
+            consumers.setdefault(t, []).append(p.name)
+    meta = {
+        "onnxsplit.format": FORMAT,
+        "onnxsplit.part": part.name,
+        "onnxsplit.device": part.device,
+        "onnxsplit.execution_provider": part.execution_provider,
+        "onnxsplit.inputs": json.dumps({t: producer.get(t, MODEL_INPUT) for t in part.inputs}),
+        "onnxsplit.outputs": json.dumps({t: consumers.get(t, []) + (["output"] if t in graph.outputs else [])
+                                         for t in part.outputs}),
+    }
+    for p in model.metadata_props:
+        if p.key not in meta:
+            m.metadata_props.add(key=p.key, value=p.value)
+    for k, v in meta.items():
+        m.metadata_props.add(key=k, value=v)
+    return m
+
+
+def _tensor_entry(graph: OpGraph, name: str) -> dict[str, Any]:
+    t = graph.tensors[name]
+    return {"name": name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes}
+
+
+def _manifest(graph: OpGraph, parts: list[Part], weights: "_WeightWriter", threads, predicted,
+              plan) -> dict[str, Any]:
+    producer = {o: p.name for p in parts for o in p.outputs}
+    device = {p.name: p.device for p in parts}
+    consumers: dict[str, list[str]] = {}
+    for p in parts:
+        for t in p.inputs:
+            consumers.setdefault(t, []).append(p.name)
+    entries = []
+    for p in parts:
+        entries.append({
+            "name": p.name, "file": p.file, "device": p.device,
+            "execution_provider": p.execution_provider,
+            "threads": threads.get(p.device),
+            "nodes": len(p.nodes),
+            "inputs": [dict(_tensor_entry(graph, t), **{"from": producer.get(t, MODEL_INPUT)})
+                       for t in p.inputs],
+            "outputs": [dict(_tensor_entry(graph, t), to=consumers.get(t, []),
+                             model_output=t in graph.outputs) for t in p.outputs],
+        })
+    crossing = []
+    for t in dict.fromkeys(t for p in parts for t in p.inputs):
+        src = producer.get(t, MODEL_INPUT)
+        if src == MODEL_INPUT:
+            continue
+        crossing.append(dict(_tensor_entry(graph, t), producer=src, consumers=consumers[t],
+                             devices=[device[src]] + sorted({device[c] for c in consumers[t]}),
+                             cross_device=any(device[c] != device[src] for c in consumers[t])))
+    return {
+        "format": FORMAT,
+        "model": {
+            "path": str(Path(graph.path).resolve()),
+            "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()},
+            "nodes": len(graph.nodes),
+            "inputs": [_tensor_entry(graph, t) for t in graph.inputs],
+            "outputs": [dict(_tensor_entry(graph, t), **{"from": producer.get(t, MODEL_INPUT)})
+                        for t in graph.outputs],
+        },
+        "weights": {"file": WEIGHTS if weights.count else None, "bytes": weights.offset,
+                    "tensors": weights.count},
+        "parts": entries,
+        "tensors": crossing,
+        "predicted": dict(predicted) if predicted else None,
+        "plan": dict(plan) if plan else None,
+    }
+
+
+class _WeightWriter:
+    """Appends each big weight once to the shared file and hands out references to it."""
+
+    def __init__(self, path: Path, base_dir: Path):
+        self.path = path
+        self.base_dir = base_dir
+        self.offset = 0
+        self.count = 0
+        self._placed: dict[tuple, tuple[int, int]] = {}  # source identity -> (offset, length)
+        self._files: dict[str, Any] = {}
+        self._index: dict[str, TensorProto] | None = None
+        self._out = None
+
+    def __enter__(self) -> "_WeightWriter":
+        self._out = open(self.path, "wb")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._out.close()
+        for f in self._files.values():
+            f.close()
+
+    def initializers(self, graph: onnx.GraphProto) -> dict[str, TensorProto]:
+        if self._index is None:
+            self._index = {t.name: t for t in graph.initializer}
+        return self._index
+
+    def reference(self, t: TensorProto) -> TensorProto:
+        """``t`` as a part holds it: inline when small (or a string), else a reference."""
+        if t.data_type == TensorProto.STRING or (
+                t.data_location != TensorProto.EXTERNAL and _nbytes(t) <= INLINE_BYTES):
+            return t
+        offset, length = self._place(t)
+        ref = TensorProto(name=t.name, dims=t.dims, data_type=t.data_type,
+                          data_location=TensorProto.EXTERNAL, doc_string=t.doc_string)
+        for k, v in (("location", WEIGHTS), ("offset", str(offset)), ("length", str(length))):
+            ref.external_data.add(key=k, value=v)
+        return ref
+
+    def relocate_attributes(self, node: onnx.NodeProto) -> None:
+        """Point tensors inside ``node`` (attributes, subgraph weights) that live in the
+        original's external data at the shared file instead."""
+        for t in _attribute_tensors(node):
+            if t.data_location == TensorProto.EXTERNAL:
+                t.CopyFrom(self.reference(t))
+
+    def _place(self, t: TensorProto) -> tuple[int, int]:
+        key = self._identity(t)
+        if key in self._placed:
+            return self._placed[key]
+        data = self._data(t)
+        align = _ALIGN_BIG if len(data) >= _BIG else 64
+        pad = -self.offset % align
+        if pad:
+            self._out.write(b"\0" * pad)
+            self.offset += pad
+        self._out.write(data)
+        placed = (self.offset, len(data))
+        self.offset += len(data)
+        self.count += 1
+        self._placed[key] = placed
+        return placed
+
+    @staticmethod
+    def _identity(t: TensorProto) -> tuple:
+        if t.data_location == TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in t.external_data}
+            return ("ext", info.get("location"), info.get("offset", "0"), info.get("length"))
+        return ("inline", t.name, id(t))
+
+    def _data(self, t: TensorProto) -> bytes:
+        if t.data_location != TensorProto.EXTERNAL:
+            if t.raw_data:
+                return t.raw_data
+            from onnx import numpy_helper
+
+            return numpy_helper.to_array(t).tobytes()
+        info = {e.key: e.value for e in t.external_data}
+        where = self.base_dir / info.get("location", "")
+        f = self._files.get(str(where))
+        if f is None:
+            try:
+                f = self._files[str(where)] = open(where, "rb")
+            except OSError as e:
+                raise OnnxsplitError(f"weight '{t.name}': cannot read its external data file "
+                                     f"'{where}': {e.strerror or e}") from None
+        f.seek(int(info.get("offset", 0)))
+        length = info.get("length")
+        data = f.read(int(length)) if length is not None else f.read()
+        want = _nbytes(t)
+        if length is None and want and len(data) > want:
+            data = data[:want]
+        if want and len(data) < want:
+            raise OnnxsplitError(f"weight '{t.name}': its external data file '{where}' is "
+                                 f"truncated ({len(data)} of {want} bytes)")
+        return data
+
+
+def _attribute_tensors(node: onnx.NodeProto) -> Iterator[TensorProto]:
+    for a in node.attribute:
+        if a.type == AttributeProto.TENSOR:
+            yield a.t
+        elif a.type == AttributeProto.TENSORS:
+            yield from a.tensors
+        elif a.type == AttributeProto.SPARSE_TENSOR:
+            yield a.sparse_tensor.values
+        elif a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+            for g in ([a.g] if a.type == AttributeProto.GRAPH else a.graphs):
+                yield from g.initializer
+                for n in g.node:
+                    yield from _attribute_tensors(n)

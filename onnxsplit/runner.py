@@ -1,0 +1,393 @@
+"""Run an exported parts folder: verify it against the original model, and measure it.
+
+:class:`Parts` loads each part on its execution provider (a CPU-core device gets one
+single-threaded session: one core, as the plan assumed).  It runs samples two ways:
+
+- :meth:`Parts.run`: one sample through the parts in order, in the calling thread;
+- :meth:`Parts.stream`: samples through a pipeline -- one worker thread per device, each
+  taking ready (part, sample) calls from its own queue, oldest sample first; at most
+  ``depth`` samples are in flight, which bounds every queue.  onnxruntime releases the
+  GIL while a part runs, so devices work in parallel.  A part that fails stops the
+  pipeline and re-raises as ``RunError`` naming the part and the sample; every wait has a
+  timeout, so nothing hangs.
+
+:func:`run_parts` does what ``onnxsplit run`` prints: the outputs of one sample against
+the original model in one session on the same inputs (``verify``), single-stream latency
+and pipelined throughput (``measured``), the plan's prediction (``predicted``) and the
+original model in one single-threaded session (``single_device``).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from .errors import OnnxsplitError
+from .export import FORMAT, MANIFEST
+
+POLL_S = 0.05  # how often a waiting thread looks for a stop
+
+
+class RunError(OnnxsplitError):
+    """A part failed, or a parts folder cannot be loaded or run."""
+
+
+def read_manifest(parts_dir: str | Path) -> dict[str, Any]:
+    path = Path(parts_dir) / MANIFEST
+    if not Path(parts_dir).is_dir():
+        raise RunError(f"'{parts_dir}' is not a folder of parts")
+    try:
+        manifest = json.loads(path.read_text())
+    except OSError:
+        raise RunError(f"'{parts_dir}' has no {MANIFEST}: not a folder written by onnxsplit") from None
+    except json.JSONDecodeError as e:
+        raise RunError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise RunError(f"{path}: not an onnxsplit manifest (format is not '{FORMAT}')")
+    return manifest
+
+
+def session_options(threads: int | None, optimize: bool = True):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if threads:
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0" if threads == 1 else "1")
+    return so
+
+
+def _providers(ep: str, fallback_cpu: bool = False) -> list[str]:
+    from .profile.devices import CPU_EP, available_providers
+
+    present = available_providers()
+    if ep not in present and fallback_cpu:
+        return [CPU_EP]
+    if ep not in present:
+        raise RunError(f"execution provider '{ep}' is not available here "
+                       f"(available: {', '.join(present)})")
+    return [ep] if ep == CPU_EP else [ep, CPU_EP]
+
+
+def random_feeds(specs: Iterable[Mapping[str, Any]], seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for a check run: floats uniform in [0, 1); integers and booleans ones (an index
+    and a mask every model accepts), as the profiler feeds them."""
+    from . import shapes
+
+    by_name = {name: et for et, (name, _bits) in shapes.DTYPES.items()}
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in specs:
+        et = by_name.get(s["dtype"])
+        if et is None:
+            raise RunError(f"input '{s['name']}' has type {s['dtype']}: pass its value explicitly")
+        out[s["name"]] = shapes._feed(et, tuple(s["shape"]), False, rng)
+    return out
+
+
+class Parts:
+    """A loaded parts folder, ready to run samples."""
+
+    def __init__(self, parts_dir: str | Path, *, optimize: bool = True,
+                 cpu_threads: int | None = 1, fallback_cpu: bool = False):
+        """``fallback_cpu``: run a part whose execution provider is absent on the CPU (to
+        check parts made for hardware elsewhere)."""
+        import onnxruntime as ort
+
+        self.dir = Path(parts_dir)
+        self.manifest = read_manifest(self.dir)
+        self.parts = self.manifest["parts"]
+        self.devices = list(dict.fromkeys(p["device"] for p in self.parts))
+        self.sessions = []
+        for p in self.parts:
+            threads = p.get("threads")
+            if threads is None and p["execution_provider"] == "CPUExecutionProvider":
+                threads = cpu_threads
+            try:
+                self.sessions.append(ort.InferenceSession(
+                    str(self.dir / p["file"]), session_options(threads, optimize),
+                    providers=_providers(p["execution_provider"], fallback_cpu)))
+            except RunError:
+                raise
+            except Exception as e:
+                raise RunError(f"part {p['name']} ({p['file']}) cannot be loaded on "
+                               f"{p['execution_provider']}: {' '.join(str(e).split())[:300]}") from None
+        self.output_names = [o["name"] for o in self.manifest["model"]["outputs"]]
+        self._input_names = [[i["name"] for i in p["inputs"]] for p in self.parts]
+        self._out_names = [[o["name"] for o in p["outputs"]] for p in self.parts]
+        producer = {o: i for i, names in enumerate(self._out_names) for o in names}
+        self._deps = [sorted({producer[t] for t in names if t in producer})
+                      for names in self._input_names]
+        self._consumers: list[list[int]] = [[] for _ in self.parts]
+        for i, deps in enumerate(self._deps):
+            for d in deps:
+                self._consumers[d].append(i)
+
+    @property
+    def inputs(self) -> list[dict[str, Any]]:
+        return self.manifest["model"]["inputs"]
+
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> None:
+        missing = [s["name"] for s in self.inputs if s["name"] not in feeds]
+        if missing:
+            raise RunError(f"input '{missing[0]}' is not given")
+
+    def _call(self, i: int, values: Mapping[str, Any]) -> dict[str, Any]:
+        p = self.parts[i]
+        try:
+            got = self.sessions[i].run(self._out_names[i],
+                                       {t: values[t] for t in self._input_names[i]})
+        except Exception as e:
+            raise RunError(f"part {p['name']} on {p['device']} failed: "
+                           f"{' '.join(str(e).split())[:300]}") from None
+        return dict(zip(self._out_names[i], got))
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """One sample through every part in order; the model's outputs by name."""
+        self._check_feeds(feeds)
+        values = dict(feeds)
+        for i in range(len(self.parts)):
+            values.update(self._call(i, values))
+        return {o: values[o] for o in self.output_names}
+
+    def stream(self, samples: Iterable[Mapping[str, Any]], depth: int | None = None,
+               timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
+        """Pipelined run: yields each sample's outputs, in order of the samples."""
+        yield from _Pipeline(self, depth or 2 * len(self.parts), timeout_s).run(samples)
+
+
+class _Pipeline:
+    def __init__(self, parts: Parts, depth: int, timeout_s: float | None):
+        self.p = parts
+        self.depth = max(1, depth)
+        self.timeout_s = timeout_s
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.queues = {d: queue.PriorityQueue() for d in parts.devices}
+        self.slots = threading.Semaphore(self.depth)
+        self.done: queue.Queue = queue.Queue()
+        self.lock = threading.Lock()
+        self.state: dict[int, dict[str, Any]] = {}  # sample -> {"values", "waiting", "left"}
+
+    def run(self, samples: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
+        workers = [threading.Thread(target=self._work, args=(d,), daemon=True,
+                                    name=f"onnxsplit-{d}") for d in self.p.devices]
+        for w in workers:
+            w.start()
+        feeder = threading.Thread(target=self._feed, args=(iter(samples),), daemon=True,
+                                  name="onnxsplit-feed")
+        feeder.start()
+        finished: dict[int, dict[str, Any]] = {}
+        next_out = 0
+        try:
+            while True:
+                item = self._get(self.done)
+                if item is None:
+                    break
+                s, outputs = item
+                finished[s] = outputs
+                while next_out in finished:
+                    yield finished.pop(next_out)
+                    next_out += 1
+        finally:
+            self.stop.set()
+            for w in workers:
+                w.join(timeout=10)
+            feeder.join(timeout=10)
+        if self.error is not None:
+            raise self.error
+
+    def _get(self, q: queue.Queue):
+        """Next item, or None once stopped (a failure, or the end of the samples)."""
+        start = time.monotonic()
+        while True:
+            if self.error is not None:
+                return None
+            try:
+                return q.get(timeout=POLL_S)
+            except queue.Empty:
+                if self.stop.is_set():
+                    return None
+                if self.timeout_s is not None and time.monotonic() - start > self.timeout_s:
+                    self._fail(RunError(f"no sample finished within {self.timeout_s:g} s"))
+                    return None
+
+    def _fail(self, e: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = e
+        self.stop.set()
+
+    def _feed(self, samples: Iterator[Mapping[str, Any]]) -> None:
+        s = 0
+        try:
+            for feeds in samples:
+                self.p._check_feeds(feeds)
+                while not self.slots.acquire(timeout=POLL_S):
+                    if self.stop.is_set():
+                        return
+                if self.stop.is_set():
+                    return
+                with self.lock:
+                    self.state[s] = {"values": dict(feeds),
+                                     "waiting": [len(d) for d in self.p._deps],
+                                     "left": len(self.p.parts)}
+                for i, deps in enumerate(self.p._deps):
+                    if not deps:
+                        self.queues[self.p.parts[i]["device"]].put((s, i))
+                s += 1
+        except BaseException as e:  # a bad sample: stop with its error
+            self._fail(e if isinstance(e, OnnxsplitError) else RunError(f"sample {s}: {e}"))
+            return
+        # all fed: end once every sample is out
+        while not self.stop.is_set():
+            with self.lock:
+                if not self.state:
+                    break
+            time.sleep(POLL_S / 5)
+        self.done.put(None)
+
+    def _work(self, device: str) -> None:
+        q = self.queues[device]
+        while not self.stop.is_set():
+            try:
+                s, i = q.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            st = self.state[s]
+            try:
+                got = self.p._call(i, st["values"])
+            except BaseException as e:
+                self._fail(RunError(f"{e} (sample {s})") if isinstance(e, RunError) else e)
+                return
+            ready = []
+            with self.lock:
+                st["values"].update(got)
+                for c in self.p._consumers[i]:
+                    st["waiting"][c] -= 1
+                    if st["waiting"][c] == 0:
+                        ready.append(c)
+                st["left"] -= 1
+                last = st["left"] == 0
+                if last:
+                    del self.state[s]
+            for c in ready:
+                self.queues[self.p.parts[c]["device"]].put((s, c))
+            if last:
+                self.done.put((s, {o: st["values"][o] for o in self.p.output_names}))
+                self.slots.release()
+
+
+# ------------------------------------------------------------------------------ measuring
+
+
+def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
+    """Largest absolute difference over all outputs, and the largest per output relative to
+    that output's largest magnitude (so values near zero do not blow it up)."""
+    abs_err, rel_err, worst = 0.0, 0.0, None
+    for name, ref in want.items():
+        a, b = np.asarray(got[name]), np.asarray(ref)
+        if a.shape != b.shape:
+            raise RunError(f"output '{name}' has shape {a.shape} from the parts but {b.shape} "
+                           "from the original model")
+        if a.dtype.kind in "fc" or b.dtype.kind in "fc":
+            d = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
+            scale = float(np.max(np.abs(b.astype(np.float64)), initial=0.0))
+        else:
+            d = 0.0 if np.array_equal(a, b) else float("inf")
+            scale = 1.0
+        r = d / scale if scale > 0 else (0.0 if d == 0 else float("inf"))
+        if d > abs_err:
+            worst = name
+        abs_err, rel_err = max(abs_err, d), max(rel_err, r)
+    return {"max_abs_error": abs_err, "max_rel_error": rel_err, "worst_output": worst,
+            "outputs": len(want)}
+
+
+def _whole_session(model_path: str | Path, threads: int, optimize: bool):
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(str(model_path), session_options(threads, optimize),
+                                    providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise RunError(f"the original model '{model_path}' cannot be loaded: "
+                       f"{' '.join(str(e).split())[:300]}") from None
+
+
+def measure_single(sess, feeds: Mapping[str, Any], samples: int, warmup: int) -> dict[str, float]:
+    """The whole model serially in one session: median latency, throughput = 1 / latency."""
+    for _ in range(warmup):
+        sess.run(None, dict(feeds))
+    times = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        sess.run(None, dict(feeds))
+        times.append(time.perf_counter() - t)
+    med = float(np.median(times))
+    return {"latency_ms": med * 1e3, "throughput_per_s": 1.0 / med if med > 0 else float("inf")}
+
+
+def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmup: int,
+                     depth: int | None = None) -> dict[str, float]:
+    """Single-stream latency: with one sample in flight, the median time between finishes
+    (each sample enters as the one before leaves).  Throughput: ``depth`` samples in
+    flight, steady state, from the first to the last finish after warm-up."""
+    for _ in range(warmup):
+        parts.run(feeds)
+
+    def finishes(n: int, d: int) -> list[float]:
+        t = [time.perf_counter()]
+        for _out in parts.stream((feeds for _ in range(n)), depth=d):
+            t.append(time.perf_counter())
+        return t
+
+    one = np.diff(finishes(warmup + samples, 1)[warmup:])
+    steady = finishes(warmup + samples, depth or 2 * len(parts.parts))[1 + warmup:]
+    span = steady[-1] - steady[0]
+    latency = float(np.median(one))
+    return {"latency_ms": latency * 1e3,
+            "throughput_per_s": (len(steady) - 1) / span if span > 0 else float("inf"),
+            "samples": samples}
+
+
+def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
+              feeds: Mapping[str, Any] | None = None, samples: int = 50, warmup: int = 5,
+              measure: bool = True, optimize: bool = True, seed: int = 0,
+              fallback_cpu: bool = False) -> dict[str, Any]:
+    """Verify a parts folder against its original model and (``measure``) time it."""
+    parts = Parts(parts_dir, optimize=optimize, fallback_cpu=fallback_cpu)
+    model_path = Path(model) if model else Path(parts.manifest["model"]["path"])
+    if not model_path.exists():
+        raise RunError(f"the original model '{model_path}' is not there: pass it with --model")
+    feeds = dict(feeds) if feeds is not None else random_feeds(parts.inputs, seed)
+    parts._check_feeds(feeds)
+    whole = _whole_session(model_path, 1, optimize)
+    try:
+        want = dict(zip([o.name for o in whole.get_outputs()], whole.run(None, dict(feeds))))
+    except Exception as e:
+        raise RunError(f"the original model failed on the check inputs: "
+                       f"{' '.join(str(e).split())[:300]}") from None
+    got = parts.run(feeds)
+    result: dict[str, Any] = {
+        "parts_dir": str(parts.dir),
+        "parts": [p["name"] for p in parts.parts],
+        "devices": parts.devices,
+        "verify": compare_outputs(got, {o: want[o] for o in parts.output_names}),
+        "predicted": parts.manifest.get("predicted"),
+    }
+    if measure:
+        result["measured"] = measure_pipeline(parts, feeds, samples, warmup)
+        result["single_device"] = measure_single(whole, feeds, samples, warmup)
+    return result

@@ -1,0 +1,397 @@
+"""The main command: model.onnx -> profile -> workload -> plan -> verified parts folder.
+
+``split`` runs every step a user would otherwise chain by hand: import the model (with
+an onnxruntime session, so an op no runtime can run is refused up front), profile it or
+reuse the cached profile, build the paper's workload for the devices (this machine's, or
+a cluster file's), apply pins, solve with the method that fits the objective and the
+graph's size, export the parts with ``plan.json`` beside them, and run one sample through
+the parts to check them against the original model.  ``export_plan`` re-applies an
+edited ``plan.json``.
+
+Nothing is written before every input has been checked; the parts folder appears whole
+(exporter) and is removed again if the parts cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .errors import ClusterError, OnnxsplitError, SolveError, SplitError, TooManyIdeals
+from .export import check_out
+from .plan import Plan, read_json
+
+AUTO_IDEAL_LIMIT = 50_000  # above this many ideals the exact DP gives way to the linearized one
+VERIFY_TOLERANCE = 1e-4  # max abs error the parts may show against the original
+PLAN_FILE = "plan.json"
+
+
+@dataclass
+class Prepared:
+    """A model made ready to place: its graph, the devices, and the paper's workload."""
+
+    graph: Any  # OpGraph
+    cluster: Any  # Cluster
+    accelerator: Any  # DeviceSpec | None
+    workload: Any  # Workload
+    seconds: dict[str, float]
+
+
+def _say(quiet: bool, text: str) -> None:
+    if not quiet:
+        print(text, file=sys.stderr, flush=True)
+
+
+def prepare(model: str | Path, *, devices: str | Path | None = None, input_shapes=None,
+            profile: str | Path | None = None, accelerator: str | None = None,
+            quiet: bool = False) -> Prepared:
+    from . import profile as prof
+    from .build import build_workload, choose_accelerator
+    from .cluster import Cluster
+    from .graph import OpGraph
+    from .profile.store import ModelProfile, ProfileFile
+
+    seconds = {}
+    cluster = Cluster.from_file(devices) if devices else Cluster.detect()
+    acc = choose_accelerator(cluster, accelerator)
+    t = time.perf_counter()
+    _say(quiet, f"importing {model}")
+    graph = OpGraph.from_onnx(model, input_shapes, check_runtime=True)
+    seconds["import"] = time.perf_counter() - t
+    bound = dict(graph.input_shapes)
+    t = time.perf_counter()
+    _, _, key = prof.bind(model, bound)
+    cache = Path(profile) if profile else prof.default_cache(key)
+    known = ModelProfile(key, bound, tuple(ProfileFile.load(cache).for_model(key)))
+    needed = [cluster.cpu.execution_provider]
+    if acc is not None and acc.execution_provider:
+        needed.append(acc.execution_provider)
+    present = prof.available_providers()
+    todo = [ep for ep in dict.fromkeys(needed) if known.entry(ep) is None and ep in present]
+    if todo:
+        _say(quiet, f"profiling {len(graph.nodes)} operators on {', '.join(todo)}")
+        known = prof.profile(model, bound, providers=todo, cache=cache, quiet=quiet)
+    else:
+        _say(quiet, f"profile: cached in {cache}")
+    seconds["profile"] = time.perf_counter() - t
+    workload = build_workload(graph, known, cluster, accelerator=accelerator)
+    _check_total_memory(workload, cluster, acc)
+    return Prepared(graph, cluster, acc, workload, seconds)
+
+
+def _check_total_memory(workload, cluster, acc) -> None:
+    """Refuse a model the devices cannot hold even all together (sizes as the solver sees
+    them: weights plus every output activation)."""
+    cpu_memory = cluster.cpu.memory
+    if not cpu_memory:
+        return  # the host's memory is not limited in the cluster: the CPU can hold anything
+    capacity = cpu_memory + (acc.count * acc.memory if acc is not None else 0.0)
+    need = float(workload.size.sum())
+    if need > capacity:
+        raise ClusterError(f"the model needs {_bytes(need)} (weights and activations) but all "
+                           f"devices together hold {_bytes(capacity)}: {_bytes(need - capacity)} "
+                           "short")
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+# ---------------------------------------------------------------------------------- pins
+
+
+def parse_pins(specs: Iterable[str], workload, accelerator) -> list[tuple[str, re.Pattern, str]]:
+    """'REGEX=DEVICE' -> (spec, pattern, device class): DEVICE is ``cpu``, or the
+    accelerator's name or class (or ``acc``)."""
+    out = []
+    acc_names = {"acc"} | ({accelerator.name, accelerator.cls} if accelerator is not None else set())
+    for spec in specs:
+        rx, sep, dev = spec.rpartition("=")
+        if not sep or not rx or not dev:
+            raise OnnxsplitError(f"--pin '{spec}': expected REGEX=DEVICE, e.g. 'Shape|Gather=cpu'")
+        try:
+            pattern = re.compile(rx)
+        except re.error as e:
+            raise OnnxsplitError(f"--pin '{spec}': bad regular expression: {e}") from None
+        if dev == "cpu":
+            kind = "cpu"
+        elif dev in acc_names:
+            kind = "acc"
+            if workload.num_accelerators == 0:
+                raise OnnxsplitError(f"--pin '{spec}': there is no accelerator to pin to")
+        else:
+            raise OnnxsplitError(f"--pin '{spec}': unknown device '{dev}' "
+                                 f"(choose from {', '.join(['cpu'] + sorted(acc_names))})")
+        out.append((spec, pattern, kind))
+    return out
+
+
+def apply_pins(workload, pins) -> tuple[Any, dict[int, str]]:
+    """The workload with pinned nodes forced: to the CPU by marking them unsupported on the
+    accelerator, to the accelerator by a CPU latency no plan can afford.  A node matches
+    when the pattern is found in its name or equals its op type.  Returns (workload,
+    node id -> pinned device class)."""
+    pinned: dict[int, str] = {}
+    for spec, pattern, kind in pins:
+        hits = [n for n in workload.nodes
+                if pattern.search(n.name or "") or pattern.fullmatch(n.extra.get("opType", ""))]
+        if not hits:
+            raise OnnxsplitError(f"--pin '{spec}' matches no operator (by name or op type)")
+        for n in hits:
+            pinned[n.id] = kind
+    if not pinned:
+        return workload, pinned
+    huge = 1e3 * (float(workload.cpu_latency.sum()) + float(workload.acc_latency.sum()) + 1.0)
+    nodes = []
+    for n in workload.nodes:
+        kind = pinned.get(n.id)
+        if kind == "cpu":
+            n = replace(n, supported=False)
+        elif kind == "acc":
+            if not n.supported:
+                raise OnnxsplitError(f"--pin: operator '{n.name}' is pinned to the accelerator "
+                                     "but the accelerator cannot run it")
+            n = replace(n, cpu_latency=huge)
+        nodes.append(n)
+    return replace(workload, nodes=tuple(nodes)), pinned
+
+
+# ------------------------------------------------------------------------------- solving
+
+
+def choose_plan(workload, objective: str, method: str = "auto", time_limit: float = 30.0) -> Plan:
+    """Solve: ``auto`` takes the exact DP for throughput where the lattice is small enough
+    and the linearized DP otherwise; for latency the IP (warm-started) with accelerators,
+    and all on one core without (every plan is then a serial run on some core)."""
+    from . import api
+    from .solve import dp
+
+    if method != "auto":
+        return api.solve(workload, objective, method, time_limit=time_limit)
+    if objective == "throughput":
+        try:
+            return dp.solve(workload, ideal_limit=AUTO_IDEAL_LIMIT, time_limit=time_limit)
+        except TooManyIdeals:
+            return dp.solve(workload, linear_only=True)
+    if workload.num_accelerators == 0:
+        return api.solve(workload, "latency", "all_cpu")
+    return api.solve(workload, "latency", "ip", time_limit=time_limit)
+
+
+def predict(workload, plan: Plan) -> dict[str, Any]:
+    """What the plan promises, in the runner's terms: steady-state throughput from the max
+    load; single-stream latency with each device running its part(s) serially."""
+    from .solve import evaluate
+
+    load = evaluate.max_load(workload, plan.assignment).value
+    lat = evaluate.latency(workload, plan.assignment, plan.pieces or None, serial_cpus=True).value
+    single = best_single_device(workload)
+    return {"latency_ms": lat, "throughput_per_s": 1e3 / load if load > 0 else None,
+            "max_load_ms": load, "single_device": single}
+
+
+def best_single_device(workload) -> dict[str, Any]:
+    """The whole model on one device: a CPU core, or one accelerator where it can run and
+    hold every node."""
+    options = []
+    if workload.num_cpus:
+        options.append(("cpu0", float(workload.cpu_latency.sum())))
+    if workload.num_accelerators and workload.supported.all() and \
+            workload.size.sum() <= workload.accelerator_memory:
+        options.append(("acc0", float(workload.acc_latency.sum())))
+    if not options:
+        return {"device": None, "latency_ms": None, "throughput_per_s": None}
+    dev, ms = min(options, key=lambda o: o[1])
+    return {"device": dev, "latency_ms": ms, "throughput_per_s": 1e3 / ms if ms > 0 else None}
+
+
+# ---------------------------------------------------------------------- export + verify
+
+
+def device_providers(workload, cluster, acc) -> tuple[dict[str, str], dict[str, int]]:
+    """Workload device name -> execution provider, and -> intra-op threads (a CPU core: 1)."""
+    providers, threads = {}, {}
+    for d in workload.devices:
+        if d.kind == "cpu":
+            providers[d.name], threads[d.name] = cluster.cpu.execution_provider, 1
+        else:
+            providers[d.name] = acc.execution_provider or f"{acc.name} (no execution provider)"
+    return providers, threads
+
+
+def plan_file_json(plan: Plan, graph) -> dict[str, Any]:
+    """plan.json: the solve object, with nodes named (editable, re-applied by export)."""
+    obj = plan.to_json()
+    names = [n.name for n in graph.nodes]
+    obj["assignment"] = {names[int(k)]: v for k, v in obj["assignment"].items()}
+    obj["pieces"] = {names[int(k)]: v for k, v in obj["pieces"].items()}
+    return obj
+
+
+def read_plan_file(path: str | Path, graph, workload) -> Plan:
+    """A plan.json (nodes by name, or by workload id) as a Plan over this workload."""
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("assignment"), dict):
+        raise SplitError(f"{path}: expected a plan with an 'assignment' object (node -> device)")
+    ids = {n.name: i for i, n in enumerate(graph.nodes)}
+
+    def node_id(key: str) -> int:
+        if key in ids:
+            return ids[key]
+        if key.isdigit() and int(key) < len(graph.nodes):
+            return int(key)
+        raise SplitError(f"{path}: node '{key}' is not in the model")
+
+    assignment = {node_id(k): str(v) for k, v in data["assignment"].items()}
+    pieces = {node_id(k): int(v) for k, v in (data.get("pieces") or {}).items()}
+    missing = [graph.nodes[i].name for i in range(len(graph.nodes)) if i not in assignment]
+    if missing:
+        raise SplitError(f"{path}: node '{missing[0]}' is not placed"
+                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    known = set(workload.device_index)
+    bad = sorted({d for d in assignment.values() if d not in known})
+    if bad:
+        raise SplitError(f"{path}: device '{bad[0]}' is not one of the devices "
+                         f"({', '.join(sorted(known))})")
+    from .solve import evaluate
+
+    objective = data.get("objective", "throughput")
+    if objective not in ("throughput", "latency"):
+        raise SplitError(f"{path}: unknown objective '{objective}'")
+    value = evaluate.score(workload, assignment, objective, pieces or None).value
+    return Plan(objective, "given", "feasible", value, assignment, pieces=pieces,
+                details={"from": str(path)})
+
+
+def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = False,
+                verify: bool = True, quiet: bool = False, feeds=None,
+                pinned: Mapping[int, str] | None = None) -> dict[str, Any]:
+    from . import export as ex
+    from .solve import evaluate
+
+    graph, workload = prep.graph, prep.workload
+    if plan.value is None:
+        why = "; ".join(plan.details.get("violations", [])[:1]) or plan.status
+        raise SolveError(f"no placement found ({why})")
+    violations = evaluate.check(workload, plan.assignment)
+    for nid, kind in (pinned or {}).items():
+        dev = plan.assignment[nid]
+        if not dev.startswith(kind):
+            violations.append(f"operator '{graph.nodes[nid].name}' is pinned to {kind} but "
+                              f"placed on {dev}")
+    providers, threads = device_providers(workload, prep.cluster, prep.accelerator)
+    names = [n.name for n in graph.nodes]
+    device_of = {names[i]: d for i, d in plan.assignment.items()}
+    piece_of = _pieces_by_name(workload, plan, names)
+    predicted = predict(workload, plan)
+    t = time.perf_counter()
+    _say(quiet, f"exporting parts to {out}")
+    plan_obj = plan_file_json(plan, graph)
+    exported = ex.export(graph, device_of, out, providers=providers, piece_of=piece_of,
+                         threads=threads, predicted=predicted,
+                         plan={k: plan_obj[k] for k in ("objective", "method", "status", "value",
+                                                        "lower_bound", "gap")},
+                         files={PLAN_FILE: json.dumps(plan_obj, indent=1) + "\n"}, force=force)
+    seconds = dict(prep.seconds, export=time.perf_counter() - t)
+    result: dict[str, Any] = {
+        "out": str(exported.out),
+        "parts": [p.file for p in exported.parts],
+        "plan": plan.to_json(),
+        "predicted": predicted,
+        "violations": violations,
+        "devices": _device_rows(workload, plan, exported.parts),
+        "model": {"path": graph.path, "operators": len(graph.nodes),
+                  "weight_bytes": graph.weight_bytes,
+                  "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()}},
+    }
+    if verify:
+        t = time.perf_counter()
+        _say(quiet, "verifying the parts against the original model")
+        from .runner import run_parts
+
+        try:
+            checked = run_parts(exported.out, model=graph.path, feeds=feeds, measure=False,
+                                fallback_cpu=True)
+        except BaseException:
+            shutil.rmtree(exported.out, ignore_errors=True)  # parts that cannot run are no result
+            raise
+        result["verify"] = checked["verify"]
+        seconds["verify"] = time.perf_counter() - t
+    result["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
+    return result
+
+
+def _pieces_by_name(workload, plan: Plan, names) -> dict[str, int] | None:
+    """Calls per device for the exporter: the plan's pieces, else one part per device, or
+    where that would leave parts waiting on each other, the evaluator's pieces."""
+    from .solve import evaluate
+
+    if plan.pieces:
+        return {names[i]: p for i, p in plan.pieces.items()}
+    dev = evaluate.device_array(workload, plan.assignment)
+    piece = evaluate.accelerator_pieces(workload, dev, cpus=True)
+    if piece.max(initial=1) <= 1:
+        return None
+    if evaluate._blocks(workload, dev, piece, serial_cpus=True)[2] is None:
+        piece = evaluate.switch_pieces(workload, dev, cpus=True)
+    return {names[i]: int(piece[i]) for i in range(workload.n)}
+
+
+def _device_rows(workload, plan: Plan, parts) -> list[dict[str, Any]]:
+    from .solve import evaluate
+
+    loads = evaluate.max_load(workload, plan.assignment).loads
+    counts: dict[str, int] = {}
+    for d in plan.assignment.values():
+        counts[d] = counts.get(d, 0) + 1
+    order = list(dict.fromkeys(p.device for p in parts))
+    return [{"device": d, "nodes": counts.get(d, 0), "load_ms": loads.get(d, 0.0),
+             "parts": [p.file for p in parts if p.device == d]} for d in order]
+
+
+# ------------------------------------------------------------------------ entry points
+
+
+def split(model: str | Path, out: str | Path, *, devices: str | Path | None = None,
+          objective: str = "throughput", input_shapes=None, pins: Iterable[str] = (),
+          method: str = "auto", time_limit: float = 30.0, force: bool = False,
+          quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
+          accelerator: str | None = None, feeds=None) -> dict[str, Any]:
+    """Place ``model`` on the devices and write the verified parts into ``out``."""
+    if objective not in ("throughput", "latency"):
+        raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
+    check_out(out, force)
+    prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
+                   accelerator=accelerator, quiet=quiet)
+    pin_specs = parse_pins(pins, prep.workload, prep.accelerator)
+    pinned_workload, pinned = apply_pins(prep.workload, pin_specs)
+    t = time.perf_counter()
+    _say(quiet, f"solving for {objective} ({prep.workload.n} operators, "
+                f"{prep.workload.num_accelerators} accelerators, {prep.workload.num_cpus} CPU cores)")
+    plan = choose_plan(pinned_workload, objective, method, time_limit)
+    prep.seconds["solve"] = time.perf_counter() - t
+    return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,
+                       pinned=pinned)
+
+
+def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
+                devices: str | Path | None = None, input_shapes=None, force: bool = False,
+                quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
+                accelerator: str | None = None, feeds=None) -> dict[str, Any]:
+    """Re-apply a (possibly edited) plan.json to ``model`` and write its verified parts."""
+    check_out(out, force)
+    if not Path(plan_path).is_file():
+        raise SplitError(f"plan file '{plan_path}' does not exist")
+    prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
+                   accelerator=accelerator, quiet=quiet)
+    plan = read_plan_file(plan_path, prep.graph, prep.workload)
+    return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds)
