@@ -174,10 +174,13 @@ def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
         example = f"{name.strip() or 'input_ids'}=1x128"
         if not eq or not name.strip():
             raise OnnxsplitError(f"bad --input-shape '{spec}': expected NAME=DIMS, e.g. {example}")
-        parts = dims.replace(",", "x").replace("X", "x").split("x")
+        if dims.strip() == "scalar":
+            parts = []
+        else:
+            parts = dims.replace(",", "x").replace("X", "x").split("x")
         if not dims.strip() or not all(p.strip().isdigit() for p in parts):
             raise OnnxsplitError(f"bad --input-shape '{spec}': DIMS must be non-negative integers "
-                                 f"separated by 'x', e.g. {example}")
+                                 f"separated by 'x' (or 'scalar'), e.g. {example}")
         name = name.strip()
         if name in out:
             raise OnnxsplitError(f"--input-shape given twice for '{name}'")
@@ -185,15 +188,33 @@ def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def parse_input_values(specs) -> dict[str, float]:
+    """``["sr=16000"]`` -> ``{"sr": 16000.0}``: inputs fed that value in every run."""
+    out: dict[str, float] = {}
+    for spec in specs or ():
+        name, eq, value = str(spec).rpartition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not eq or not name.strip() or number is None:
+            raise OnnxsplitError(f"bad --input-value '{spec}': expected NAME=NUMBER, e.g. sr=16000")
+        if name.strip() in out:
+            raise OnnxsplitError(f"--input-value given twice for '{name.strip()}'")
+        out[name.strip()] = int(number) if number.is_integer() else number
+    return out
+
+
 def profile_model(path: str | Path, input_shapes=None, *, output: str | Path | None = None,
                   providers=None, repeats: int = 10, warmup: int = 2, group: bool = True,
-                  force: bool = False, quiet: bool = False):
+                  force: bool = False, quiet: bool = False, input_fills=None):
     """Per-node latency on every execution provider present (or ``providers``), read from
     / added to the profile file ``output`` (default: the per-user cache)."""
     from . import profile as prof
 
     return prof.profile(path, input_shapes, providers=providers, cache=output, repeats=repeats,
-                        warmup=warmup, group=group, force=force, quiet=quiet)
+                        warmup=warmup, group=group, force=force, quiet=quiet,
+                        input_fills=input_fills)
 
 
 def load_cluster(path: str | Path | None = None):
@@ -206,7 +227,7 @@ def load_cluster(path: str | Path | None = None):
 def build_workload(path: str | Path, input_shapes=None, *, devices: str | Path | None = None,
                    profile: str | Path | None = None, accelerator: str | None = None,
                    shared_weights: str = "first", activations: str = "outputs",
-                   repeats: int = 10, quiet: bool = False) -> Workload:
+                   repeats: int = 10, quiet: bool = False, input_fills=None) -> Workload:
     """The paper's workload for an ONNX model on a cluster (default: this machine).
 
     Measures what the profile file (default: the per-user cache) lacks and this machine can
@@ -220,7 +241,7 @@ def build_workload(path: str | Path, input_shapes=None, *, devices: str | Path |
 
     cluster = load_cluster(devices)
     acc = choose_accelerator(cluster, accelerator)
-    _, bound, key = prof.bind(path, input_shapes)
+    _, bound, key = prof.bind(path, input_shapes, input_fills)
     cache = Path(profile) if profile else prof.default_cache(key)
     known = ModelProfile(key, bound, tuple(ProfileFile.load(cache).for_model(key)))
     needed = [cluster.cpu.execution_provider] + ([acc.execution_provider]
@@ -228,7 +249,8 @@ def build_workload(path: str | Path, input_shapes=None, *, devices: str | Path |
     present = prof.available_providers()
     todo = [ep for ep in dict.fromkeys(needed) if known.entry(ep) is None and ep in present]
     if todo:
-        known = prof.profile(path, bound, providers=todo, cache=cache, repeats=repeats, quiet=quiet)
-    graph = OpGraph.from_onnx(path, bound, check_runtime=False)
+        known = prof.profile(path, bound, providers=todo, cache=cache, repeats=repeats, quiet=quiet,
+                             input_fills=input_fills)
+    graph = OpGraph.from_onnx(path, bound, check_runtime=False, input_fills=input_fills)
     return build(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
                  activations=activations)

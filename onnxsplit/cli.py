@@ -108,6 +108,10 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                        help="bind an input's shape, e.g. input_ids=1x128 (repeat per input); "
                             "needed for inputs with dynamic dimensions")
+    model.add_argument("--input-value", action="append", default=[], metavar="NAME=NUMBER",
+                       help="feed this input NUMBER (every element) when measuring and checking, "
+                            "instead of random floats / ones for integers, e.g. sr=16000 where "
+                            "an input steers control flow (repeat per input)")
     model.add_argument("--repeats", type=int, default=10, metavar="N",
                        help="timed runs per operator (operators under 1 ms get 5x as many; default 10)")
     model.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -244,6 +248,7 @@ def _split(args) -> int:
 
     result = split(args.model, args.out, devices=args.devices, objective=args.objective,
                    input_shapes=api.parse_input_shapes(args.input_shape), pins=args.pin,
+                   input_fills=api.parse_input_values(args.input_value),
                    method=args.method, time_limit=args.time_limit, force=args.force,
                    quiet=args.quiet or args.json, verify=not args.no_verify, profile=args.profile,
                    accelerator=args.accelerator)
@@ -256,6 +261,7 @@ def _export(args) -> int:
 
     result = export_plan(args.model, args.plan, args.out, devices=args.devices,
                          input_shapes=api.parse_input_shapes(args.input_shape), force=args.force,
+                         input_fills=api.parse_input_values(args.input_value),
                          quiet=args.quiet or args.json, verify=not args.no_verify,
                          profile=args.profile, accelerator=args.accelerator)
     return _print_split(result, args.json)
@@ -270,7 +276,9 @@ def _print_split(result: dict, as_json: bool) -> int:
         print(json.dumps(result))
         return 1 if bad else 0
     m, plan, pred = result["model"], result["plan"], result["predicted"]
-    shapes = " ".join(f"{k}={'x'.join(map(str, v))}" for k, v in m["input_shapes"].items())
+    from .shapes import dims_text
+
+    shapes = " ".join(f"{k}={dims_text(v)}" for k, v in m["input_shapes"].items())
     print(f"model: {m['path']}, {m['operators']} operators, {m['weight_bytes'] / 2**20:.1f} MiB of "
           f"weights" + (f"; {shapes}" if shapes else ""))
     how = f"{plan['objective']} by {plan['method']}, {plan['status']}"
@@ -444,7 +452,8 @@ def _profile(args) -> int:
     providers = [p.strip() for p in args.providers.split(",") if p.strip()] if args.providers else None
     prof = api.profile_model(args.model, shapes, output=args.output, providers=providers,
                              repeats=args.repeats, warmup=args.warmup, group=not args.no_group,
-                             force=args.force, quiet=args.quiet)
+                             force=args.force, quiet=args.quiet,
+                             input_fills=api.parse_input_values(args.input_value))
     if args.json:
         print(json.dumps({"path": str(prof.path), "model_hash": prof.model_hash,
                           "measured": list(prof.fresh),
@@ -452,7 +461,9 @@ def _profile(args) -> int:
         return 0
     entries = prof.entries
     first = entries[0]
-    shapes_txt = " ".join(f"{k}={'x'.join(map(str, v))}" for k, v in prof.input_shapes.items())
+    from .shapes import dims_text
+
+    shapes_txt = " ".join(f"{k}={dims_text(v)}" for k, v in prof.input_shapes.items())
     print(f"{Path(args.model).name}: {first.model.get('nodes', len(first.nodes))} operators"
           + (f", {shapes_txt}" if shapes_txt else ""))
     print(f"  {'device':<44} {'sum of operators':>16} {'whole model':>12} {'ratio':>6} {'seconds':>8}")
@@ -477,7 +488,8 @@ def _workload(args) -> int:
     shapes = api.parse_input_shapes(args.input_shape)
     w = api.build_workload(args.model, shapes, devices=args.devices, profile=args.profile,
                            accelerator=args.accelerator, shared_weights=args.shared_weights,
-                           activations=args.activations, repeats=args.repeats, quiet=args.quiet)
+                           activations=args.activations, repeats=args.repeats, quiet=args.quiet,
+                           input_fills=api.parse_input_values(args.input_value))
     if not args.output:
         print(json.dumps(w.to_paper_json()))
         return 0

@@ -275,6 +275,11 @@ def _value_info(name: str, graph: OpGraph, types: Mapping[str, onnx.TypeProto]) 
     if declared is not None and (declared.WhichOneof("value") != "tensor_type"
                                  or declared.tensor_type.elem_type):
         vi.type.CopyFrom(declared)
+        if declared.WhichOneof("value") != "tensor_type" or declared.tensor_type.HasField("shape"):
+            return vi
+        # inference knew the type but not the rank (a Loop's output): a graph input or output
+        # must have a shape for the checker, so the bound rank with free sizes, as below
+        _free_dims(vi, graph.tensors[name].shape)
         return vi
     from .shapes import DTYPES
 
@@ -283,9 +288,15 @@ def _value_info(name: str, graph: OpGraph, types: Mapping[str, onnx.TypeProto]) 
     if et is None:
         raise SplitError(f"tensor '{name}' ({dtype}) crosses parts but its type cannot be declared")
     vi.type.tensor_type.elem_type = et
-    for _ in graph.tensors[name].shape:  # rank known, sizes left free
-        vi.type.tensor_type.shape.dim.add()
+    _free_dims(vi, graph.tensors[name].shape)
     return vi
+
+
+def _free_dims(vi: onnx.ValueInfoProto, shape) -> None:
+    """Rank known, sizes left free; a scalar's empty shape is still set (not left absent)."""
+    vi.type.tensor_type.shape.CopyFrom(onnx.TensorShapeProto())
+    for _ in shape:
+        vi.type.tensor_type.shape.dim.add()
 
 
 def _part_model(model: onnx.ModelProto, graph: OpGraph, part: Part, parts: list[Part],
@@ -377,7 +388,9 @@ def _manifest(graph: OpGraph, parts: list[Part], weights: "_WeightWriter", threa
             "path": str(Path(graph.path).resolve()),
             "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()},
             "nodes": len(graph.nodes),
-            "inputs": [_tensor_entry(graph, t) for t in graph.inputs],
+            "inputs": [dict(_tensor_entry(graph, t), **({"fill": graph.input_fills[t]}
+                                                        if t in graph.input_fills else {}))
+                       for t in graph.inputs],
             "outputs": [dict(_tensor_entry(graph, t), **{"from": producer.get(t, MODEL_INPUT)})
                         for t in graph.outputs],
         },
@@ -440,15 +453,20 @@ class _WeightWriter:
         key = self._identity(t)
         if key in self._placed:
             return self._placed[key]
-        data = self._data(t)
-        align = _ALIGN_BIG if len(data) >= _BIG else 64
+        length = _nbytes(t) if t.data_location == TensorProto.EXTERNAL else None
+        align = _ALIGN_BIG if (length or 0) >= _BIG else 64
         pad = -self.offset % align
         if pad:
             self._out.write(b"\0" * pad)
             self.offset += pad
-        self._out.write(data)
-        placed = (self.offset, len(data))
-        self.offset += len(data)
+        if t.data_location == TensorProto.EXTERNAL:
+            length = self._copy_external(t)
+        else:
+            data = self._inline_data(t)
+            self._out.write(data)
+            length = len(data)
+        placed = (self.offset, length)
+        self.offset += length
         self.count += 1
         self._placed[key] = placed
         return placed
@@ -460,13 +478,17 @@ class _WeightWriter:
             return ("ext", info.get("location"), info.get("offset", "0"), info.get("length"))
         return ("inline", t.name, id(t))
 
-    def _data(self, t: TensorProto) -> bytes:
-        if t.data_location != TensorProto.EXTERNAL:
-            if t.raw_data:
-                return t.raw_data
-            from onnx import numpy_helper
+    @staticmethod
+    def _inline_data(t: TensorProto) -> bytes:
+        if t.raw_data:
+            return t.raw_data
+        from onnx import numpy_helper
 
-            return numpy_helper.to_array(t).tobytes()
+        return numpy_helper.to_array(t).tobytes()
+
+    def _copy_external(self, t: TensorProto) -> int:
+        """Copy a tensor from the original's external data file, in the kernel where it can
+        (no pass through Python memory: a 3 GB model's weights copy at disk speed)."""
         info = {e.key: e.value for e in t.external_data}
         where = self.base_dir / info.get("location", "")
         f = self._files.get(str(where))
@@ -476,16 +498,34 @@ class _WeightWriter:
             except OSError as e:
                 raise OnnxsplitError(f"weight '{t.name}': cannot read its external data file "
                                      f"'{where}': {e.strerror or e}") from None
-        f.seek(int(info.get("offset", 0)))
-        length = info.get("length")
-        data = f.read(int(length)) if length is not None else f.read()
-        want = _nbytes(t)
-        if length is None and want and len(data) > want:
-            data = data[:want]
-        if want and len(data) < want:
+        offset = int(info.get("offset", 0))
+        want = int(info["length"]) if "length" in info else _nbytes(t)
+        available = os.fstat(f.fileno()).st_size - offset
+        if want > available:
             raise OnnxsplitError(f"weight '{t.name}': its external data file '{where}' is "
-                                 f"truncated ({len(data)} of {want} bytes)")
-        return data
+                                 f"truncated ({max(available, 0)} of {want} bytes)")
+        self._out.flush()
+        done = 0
+        try:
+            while done < want:
+                n = os.copy_file_range(f.fileno(), self._out.fileno(), want - done,
+                                       offset + done)
+                if n == 0:
+                    break
+                done += n
+        except (AttributeError, OSError):  # no copy_file_range here: through user space
+            f.seek(offset + done)
+            while done < want:
+                chunk = f.read(min(want - done, 64 << 20))
+                if not chunk:
+                    break
+                self._out.write(chunk)
+                done += len(chunk)
+        if done < want:
+            raise OnnxsplitError(f"weight '{t.name}': its external data file '{where}' is "
+                                 f"truncated ({done} of {want} bytes)")
+        self._out.seek(0, os.SEEK_END)
+        return want
 
 
 def _attribute_tensors(node: onnx.NodeProto) -> Iterator[TensorProto]:

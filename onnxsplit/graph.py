@@ -10,7 +10,7 @@ with one clear line (``ModelError``) instead of a traceback later on.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
@@ -75,6 +75,7 @@ class OpGraph:
     opsets: Mapping[str, int]
     ir_version: int
     shapes_from: str  # "shape-inference", "onnxruntime-partial" or "onnxruntime"
+    input_fills: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # inputs fed a given value
 
     @classmethod
     def from_onnx(
@@ -83,13 +84,16 @@ class OpGraph:
         input_shapes: Mapping[str, Iterable[int]] | None = None,
         *,
         check_runtime: bool = True,
+        input_fills: Mapping[str, float] | None = None,
     ) -> "OpGraph":
         """Import ``path``; dynamic input dimensions must be bound in ``input_shapes``.
 
         ``check_runtime=False`` skips building an onnxruntime session when shape inference
         already gives every size (no check that onnxruntime can run each operator).
+        ``input_fills``: inputs whose value steers the graph (an If on a sample rate) and
+        the value every run should feed them, instead of ones / random floats.
         """
-        return _import(Path(path), input_shapes, check_runtime)
+        return _import(Path(path), input_shapes, check_runtime, dict(input_fills or {}))
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -297,7 +301,7 @@ def _topological(names: list[str], deps: list[list[int]]) -> list[int]:
     return order
 
 
-def _import(path: Path, input_shapes, check_runtime: bool) -> OpGraph:
+def _import(path: Path, input_shapes, check_runtime: bool, fills: dict[str, float]) -> OpGraph:
     model = _load(path)
     g = model.graph
     if not g.node:
@@ -344,9 +348,13 @@ def _import(path: Path, input_shapes, check_runtime: bool) -> OpGraph:
     order = _topological(names, deps)
 
     bound = shapes.bind_inputs(g, weight_set, input_shapes)
+    unknown = [k for k in fills if k not in inputs]
+    if unknown:
+        raise ModelError(f"--input-value names '{unknown[0]}', which is not an input of the model "
+                         f"(inputs: {', '.join(inputs) or 'none'})")
     reads = [list(n.input) + captured[i] for i, n in enumerate(g.node)]
     types, source = shapes.resolve(model, path.parent, bound, names, reads,
-                                   check_runtime=check_runtime)
+                                   check_runtime=check_runtime, fills=fills)
 
     nodes = tuple(
         OpNode(
@@ -401,6 +409,7 @@ def _import(path: Path, input_shapes, check_runtime: bool) -> OpGraph:
         opsets=MappingProxyType({o.domain or "": o.version for o in model.opset_import}),
         ir_version=model.ir_version,
         shapes_from=source,
+        input_fills=MappingProxyType(dict(fills)),
     )
 
 

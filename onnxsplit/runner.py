@@ -82,7 +82,8 @@ def _providers(ep: str, fallback_cpu: bool = False) -> list[str]:
 
 def random_feeds(specs: Iterable[Mapping[str, Any]], seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs for a check run: floats uniform in [0, 1); integers and booleans ones (an index
-    and a mask every model accepts), as the profiler feeds them."""
+    and a mask every model accepts), as the profiler feeds them; an input's ``fill`` (the
+    --input-value it was split with) where the manifest has one."""
     from . import shapes
 
     by_name = {name: et for et, (name, _bits) in shapes.DTYPES.items()}
@@ -92,7 +93,7 @@ def random_feeds(specs: Iterable[Mapping[str, Any]], seed: int = 0) -> dict[str,
         et = by_name.get(s["dtype"])
         if et is None:
             raise RunError(f"input '{s['name']}' has type {s['dtype']}: pass its value explicitly")
-        out[s["name"]] = shapes._feed(et, tuple(s["shape"]), False, rng)
+        out[s["name"]] = shapes._feed(et, tuple(s["shape"]), False, rng, s.get("fill"))
     return out
 
 

@@ -148,6 +148,11 @@ def bind_inputs(
     return bound
 
 
+def dims_text(shape) -> str:
+    """A shape as the --input-shape syntax writes it: 1x128; a scalar is 'scalar'."""
+    return "x".join(map(str, shape)) if len(shape) else "scalar"
+
+
 def _value_info(name: str, elem_type: int, shape: Iterable[int]) -> onnx.ValueInfoProto:
     return onnx.helper.make_tensor_value_info(name, elem_type, list(shape))
 
@@ -256,6 +261,14 @@ def _runtime_error(e: BaseException, model: onnx.ModelProto, names: list[str]) -
                     f"onnxruntime cannot run node '{name}' ({qual}): no such operator is registered"
                 )
         return ModelError(f"onnxruntime cannot run operator {qual}: no such operator is registered")
+    if "ValidateOpsetForDomain" in text or "is under development" in text or \
+            "Unsupported model IR version" in text:
+        import onnxruntime as ort
+
+        opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+        return ModelError(f"unsupported opset: the model imports {opsets} (IR version "
+                          f"{model.ir_version}), which onnxruntime {ort.__version__} does not "
+                          "support")
     m = _NO_KERNEL.search(text)
     if m:
         return ModelError(
@@ -276,13 +289,21 @@ def _session(model_bytes: bytes, base_dir: Path):
     return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
 
 
-def _feed(elem_type: int, shape: tuple[int, ...], weight: bool, rng: np.random.Generator):
+_INTEGER_TYPES = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+                            TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32,
+                            TensorProto.UINT64, TensorProto.BOOL})
+
+
+def _feed(elem_type: int, shape: tuple[int, ...], weight: bool, rng: np.random.Generator,
+          fill: float | None = None):
     """A stand-in value: random floats in [0, 1) for inputs, zeros for float weights (lazily
     mapped zero pages: GBs of weights cost neither time nor memory), ones for integers and
-    booleans (a safe index, a live mask)."""
+    booleans (a safe index, a live mask); ``fill`` (the user's --input-value) everywhere."""
     np_type = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
     if elem_type == TensorProto.STRING:
         return np.full(shape, "a", dtype=object)
+    if fill is not None:
+        return np.full(shape, fill).astype(np_type)
     if np.issubdtype(np_type, np.integer) or np_type == np.bool_:
         return np.ones(shape, dtype=np_type)
     if weight:
@@ -311,6 +332,7 @@ def resolve(
     node_reads: list[list[str]],
     *,
     check_runtime: bool = True,
+    fills: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, TensorType], str]:
     """Type of every node output of the top-level graph, and where the answer came from.
 
@@ -325,14 +347,14 @@ def resolve(
     types = infer(sk)
     source = "shape-inference"
     if any(n not in types for n in wanted):
-        partial = _infer_after_partial_run(sk, feeds, bound, base_dir, node_reads, wanted)
+        partial = _infer_after_partial_run(sk, feeds, bound, base_dir, node_reads, wanted, fills or {})
         if partial is not None:
             types, source = partial, "onnxruntime-partial"
     missing = [n for n in wanted if n not in types]
     if not missing and not check_runtime:
         return {n: types[n] for n in wanted}, source
 
-    ctx = (feeds, base_dir, wanted, missing, model, node_names, bound)
+    ctx = (feeds, base_dir, wanted, missing, model, node_names, bound, fills or {})
     try:
         measured = _run(sk, *ctx)
     except ModelError as skeleton_error:
@@ -354,7 +376,7 @@ def resolve(
     return {n: measured[n] for n in wanted}, "onnxruntime"
 
 
-def _infer_after_partial_run(sk, feeds, bound, base_dir, node_reads, wanted):
+def _infer_after_partial_run(sk, feeds, bound, base_dir, node_reads, wanted, fills):
     """Types of all ``wanted`` tensors, or None if running the weight-free part is not enough.
 
     What inference misses is mostly shape arithmetic on the inputs (Range, Shape, masks)
@@ -385,7 +407,7 @@ def _infer_after_partial_run(sk, feeds, bound, base_dir, node_reads, wanted):
     rng = np.random.default_rng(0)
     try:
         sess = _session(sub.SerializeToString(), base_dir)
-        values = sess.run(cheap_out, {k: _feed(*feeds[k], False, rng) for k in bound})
+        values = sess.run(cheap_out, {k: _feed(*feeds[k], False, rng, fills.get(k)) for k in bound})
     except Exception:  # the whole-model run will tell what is wrong
         return None
     if not all(isinstance(v, np.ndarray) and v.dtype != object for v in values):
@@ -421,10 +443,10 @@ def with_all_outputs(model):
     return m
 
 
-def _run(m, feeds, base_dir, wanted, missing, model, node_names, bound):
+def _run(m, feeds, base_dir, wanted, missing, model, node_names, bound, fills):
     """Build a session for ``m`` (checks every operator); if sizes are missing, run it once
     with every intermediate as an output and return what it measured."""
-    shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in bound.items())
+    shapes = ", ".join(f"{k}={dims_text(v)}" for k, v in bound.items())
     given = f" with inputs {shapes}" if shapes else ""
     if missing:
         present = {o.name for o in m.graph.output}
@@ -443,15 +465,18 @@ def _run(m, feeds, base_dir, wanted, missing, model, node_names, bound):
 
     rng = np.random.default_rng(0)
     inputs = {i.name for i in sess.get_inputs()}
-    feed = {k: _feed(et, shape, k not in bound, rng)
+    feed = {k: _feed(et, shape, k not in bound, rng, fills.get(k))
             for k, (et, shape) in feeds.items() if k in inputs}
     out_names = [o.name for o in sess.get_outputs()]
     try:
         values = sess.run(out_names, feed)
     except Exception as e:
+        ones = [k for k in bound if k not in fills and feeds[k][0] in _INTEGER_TYPES]
+        hint = (f" (integer inputs are fed ones; give real values with --input-value, e.g. "
+                f"{ones[0]}=VALUE)" if ones else "")
         raise ModelError(
             f"onnxruntime could not run the model once{given} on random values to measure the "
             f"{len(missing)} tensor(s) shape inference left unknown (e.g. '{missing[0]}'): "
-            f"{_one_line(e)}"
+            f"{_one_line(e)[:300]}{hint}"
         ) from None
     return {n: _measured(v) for n, v in zip(out_names, values)}

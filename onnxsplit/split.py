@@ -50,7 +50,7 @@ def _say(quiet: bool, text: str) -> None:
 
 def prepare(model: str | Path, *, devices: str | Path | None = None, input_shapes=None,
             profile: str | Path | None = None, accelerator: str | None = None,
-            quiet: bool = False) -> Prepared:
+            quiet: bool = False, input_fills: Mapping[str, float] | None = None) -> Prepared:
     from . import profile as prof
     from .build import build_workload, choose_accelerator
     from .cluster import Cluster
@@ -62,11 +62,11 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     acc = choose_accelerator(cluster, accelerator)
     t = time.perf_counter()
     _say(quiet, f"importing {model}")
-    graph = OpGraph.from_onnx(model, input_shapes, check_runtime=True)
+    graph = OpGraph.from_onnx(model, input_shapes, check_runtime=True, input_fills=input_fills)
     seconds["import"] = time.perf_counter() - t
     bound = dict(graph.input_shapes)
     t = time.perf_counter()
-    _, _, key = prof.bind(model, bound)
+    _, _, key = prof.bind(model, bound, input_fills)
     cache = Path(profile) if profile else prof.default_cache(key)
     known = ModelProfile(key, bound, tuple(ProfileFile.load(cache).for_model(key)))
     needed = [cluster.cpu.execution_provider]
@@ -76,7 +76,8 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     todo = [ep for ep in dict.fromkeys(needed) if known.entry(ep) is None and ep in present]
     if todo:
         _say(quiet, f"profiling {len(graph.nodes)} operators on {', '.join(todo)}")
-        known = prof.profile(model, bound, providers=todo, cache=cache, quiet=quiet)
+        known = prof.profile(model, bound, providers=todo, cache=cache, quiet=quiet,
+                             input_fills=input_fills)
     else:
         _say(quiet, f"profile: cached in {cache}")
     seconds["profile"] = time.perf_counter() - t
@@ -365,13 +366,14 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
           objective: str = "throughput", input_shapes=None, pins: Iterable[str] = (),
           method: str = "auto", time_limit: float = 30.0, force: bool = False,
           quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
-          accelerator: str | None = None, feeds=None) -> dict[str, Any]:
+          accelerator: str | None = None, feeds=None,
+          input_fills: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Place ``model`` on the devices and write the verified parts into ``out``."""
     if objective not in ("throughput", "latency"):
         raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
     check_out(out, force)
     prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
-                   accelerator=accelerator, quiet=quiet)
+                   accelerator=accelerator, quiet=quiet, input_fills=input_fills)
     pin_specs = parse_pins(pins, prep.workload, prep.accelerator)
     pinned_workload, pinned = apply_pins(prep.workload, pin_specs)
     t = time.perf_counter()
@@ -386,12 +388,13 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
 def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
                 devices: str | Path | None = None, input_shapes=None, force: bool = False,
                 quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
-                accelerator: str | None = None, feeds=None) -> dict[str, Any]:
+                accelerator: str | None = None, feeds=None,
+                input_fills: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Re-apply a (possibly edited) plan.json to ``model`` and write its verified parts."""
     check_out(out, force)
     if not Path(plan_path).is_file():
         raise SplitError(f"plan file '{plan_path}' does not exist")
     prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
-                   accelerator=accelerator, quiet=quiet)
+                   accelerator=accelerator, quiet=quiet, input_fills=input_fills)
     plan = read_plan_file(plan_path, prep.graph, prep.workload)
     return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds)

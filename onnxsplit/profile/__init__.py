@@ -35,9 +35,11 @@ def default_cache(model_hash_: str) -> Path:
     return Path(base) / "profiles" / f"{model_hash_[:20]}.json"
 
 
-def bind(path: str | Path, input_shapes: Mapping[str, Iterable[int]] | None):
+def bind(path: str | Path, input_shapes: Mapping[str, Iterable[int]] | None,
+         fills: Mapping[str, float] | None = None):
     """(model proto without weight data, bound input shapes, model hash); reads no weights
-    and starts no session, so a cache lookup costs only the parse of the graph."""
+    and starts no session, so a cache lookup costs only the parse of the graph.  Input
+    ``fills`` (values that steer control flow) are part of the key."""
     from .. import shapes
     from ..graph import _load
 
@@ -45,7 +47,13 @@ def bind(path: str | Path, input_shapes: Mapping[str, Iterable[int]] | None):
     g = model.graph
     weights = {t.name for t in g.initializer} | {s.values.name for s in g.sparse_initializer}
     bound = shapes.bind_inputs(g, weights, input_shapes)
-    return model, bound, model_hash(model, bound)
+    key = model_hash(model, bound)
+    if fills:
+        import hashlib
+        import json
+
+        key = hashlib.sha256((key + json.dumps(sorted(fills.items()))).encode()).hexdigest()
+    return model, bound, key
 
 
 def profile(
@@ -61,6 +69,7 @@ def profile(
     quiet: bool = False,
     threads: int = 1,
     rounds: int = 2,
+    input_fills: Mapping[str, float] | None = None,
 ) -> ModelProfile:
     """Profile ``path`` on ``providers`` (default: every EP present) and return every entry
     the cache file holds for the model (entries from other machines included).
@@ -82,12 +91,12 @@ def profile(
         if ep not in present:
             raise ProfileError(f"execution provider '{ep}' is not available in this onnxruntime "
                                f"(available: {', '.join(present)})")
-    proto, bound, key = bind(path, input_shapes)
+    proto, bound, key = bind(path, input_shapes, input_fills)
     store = ProfileFile(None) if cache is False else ProfileFile.load(
         Path(cache) if cache else default_cache(key))
     todo = [ep for ep in eps if force or store.find(key, device_key(ep, threads)) is None]
     if todo:
-        for entry in _measure(Path(path), bound, key, todo, repeats, warmup, group, quiet, threads,
+        for entry in _measure(Path(path), bound, input_fills, key, todo, repeats, warmup, group, quiet, threads,
                               rounds):
             store.put(entry)
         if cache is not False:
@@ -95,7 +104,7 @@ def profile(
     return ModelProfile(key, bound, tuple(store.for_model(key)), fresh=tuple(todo), path=store.path)
 
 
-def _measure(path: Path, bound, key: str, eps: list[str], repeats: int, warmup: int,
+def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, warmup: int,
              group: bool, quiet: bool, threads: int, rounds: int) -> list[Entry]:
     import numpy as np
     import onnxruntime as ort
@@ -103,7 +112,7 @@ def _measure(path: Path, bound, key: str, eps: list[str], repeats: int, warmup: 
     from ..graph import OpGraph
     from . import measure
 
-    graph = OpGraph.from_onnx(path, bound)
+    graph = OpGraph.from_onnx(path, bound, input_fills=fills)
     model = graph.proto()
     feeds = measure.input_feeds(graph)
     values = measure.reference_values(model, graph, feeds)

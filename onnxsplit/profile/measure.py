@@ -52,12 +52,14 @@ _ELEM_TYPE = {name: et for et, (name, _bits) in shapes.DTYPES.items()}
 
 
 def input_feeds(graph: OpGraph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Stand-in values for the user inputs: random floats in [0, 1), ones for integers."""
+    """Stand-in values for the user inputs: random floats in [0, 1), ones for integers,
+    the graph's ``input_fills`` where given."""
     rng = np.random.default_rng(seed)
     out = {}
     for name in graph.inputs:
         t = graph.tensors[name]
-        out[name] = shapes._feed(_ELEM_TYPE.get(t.dtype, TensorProto.FLOAT), t.shape, False, rng)
+        out[name] = shapes._feed(_ELEM_TYPE.get(t.dtype, TensorProto.FLOAT), t.shape, False, rng,
+                                 graph.input_fills.get(name))
     return out
 
 
@@ -86,7 +88,7 @@ def reference_values(model: onnx.ModelProto, graph: OpGraph,
 
     m = shapes.with_all_outputs(model)
     so = session_options(threads=0, base_dir=Path(graph.path).parent)
-    given = ", ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
+    given = ", ".join(f"{k}={shapes.dims_text(v.shape)}" for k, v in feeds.items())
     try:
         sess = ort.InferenceSession(m.SerializeToString(), so, providers=[devices.CPU_EP])
         names = [o.name for o in sess.get_outputs()]
