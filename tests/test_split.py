@@ -1,0 +1,213 @@
+"""The main command end to end: onnxsplit MODEL --out DIR, export --plan, run, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from onnx_models import TINY_BERT, control_flow, make, mlp, save, vi
+from onnxsplit.cli import main
+from onnxsplit.runner import Parts, random_feeds
+
+TINY_ARGS = ["--input-shape", "input_ids=1x32", "--input-shape", "attention_mask=1x32"]
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def run_json(capsys, argv):
+    code = main(argv + ["--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else None
+
+
+def original_outputs(model, feeds):
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def test_split_tiny_bert_reproduces_the_model(tmp_path, capsys):
+    out = tmp_path / "parts"
+    code, res = run_json(capsys, [str(TINY_BERT), "--out", str(out)] + TINY_ARGS)
+    assert code == 0
+    assert res["out"] == str(out) and res["parts"] == sorted(res["parts"], key=lambda f: int(f[4:f.index("_")]))
+    assert {p.name for p in out.iterdir()} >= set(res["parts"]) | {"manifest.json", "plan.json"}
+    assert res["verify"]["max_abs_error"] <= 1e-4
+    # independent check: our own run of the parts against onnxruntime on the original
+    parts = Parts(out)
+    feeds = random_feeds(parts.inputs, seed=3)
+    want = original_outputs(TINY_BERT, feeds)
+    got = parts.run(feeds)
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, atol=1e-5)
+    # the plan object is the solver's, re-scored: the predicted throughput is 1 / max load
+    plan = res["plan"]
+    assert plan["objective"] == "throughput" and plan["value"] > 0
+    assert res["predicted"]["throughput_per_s"] == pytest.approx(1e3 / plan["value"])
+    assert len(plan["assignment"]) == len(onnx.load(str(TINY_BERT)).graph.node)
+
+
+def test_plan_json_is_editable_and_reapplied(tmp_path, capsys):
+    model = mlp(tmp_path / "mlp.onnx", layers=3, batch=4, width=64)
+    first = tmp_path / "a"
+    code, res = run_json(capsys, [str(model), "--out", str(first)])
+    assert code == 0
+    plan = json.loads((first / "plan.json").read_text())
+    names = [n.name for n in onnx.load(str(model)).graph.node]
+    assert set(plan["assignment"]) == set(names)  # nodes by name: a user can edit it
+    # move everything after the first layer to cpu1, the first layer to cpu0
+    plan["assignment"] = {n: ("cpu0" if n.endswith("0") else "cpu1") for n in names}
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(plan))
+    second = tmp_path / "b"
+    code, res = run_json(capsys, ["export", str(model), "--plan", str(edited), "--out", str(second)])
+    assert code == 0 and res["verify"]["max_abs_error"] == 0.0
+    manifest = json.loads((second / "manifest.json").read_text())
+    devices = {p["device"]: p["nodes"] for p in manifest["parts"]}
+    assert devices == {"cpu0": 3, "cpu1": 6}
+    assert res["plan"]["method"] == "given"
+
+
+def test_pins_keep_matching_operators_on_the_cpu(tmp_path, capsys):
+    """With an (estimated) accelerator, pinned op types never go to it."""
+    model = mlp(tmp_path / "mlp.onnx", layers=2, batch=64, width=256)
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({
+        "devices": [{"name": "cpu", "class": "cpu", "count": 1, "memory": "8GiB",
+                     "execution_provider": "CPUExecutionProvider"},
+                    {"name": "gpu", "class": "gpu", "count": 1, "memory": "8GiB",
+                     "peak_flops": 1e14, "memory_bandwidth": "900GB/s"}],
+        "links": [{"between": ["cpu", "gpu"], "bandwidth": "16GB/s", "latency": "10us"}]}))
+    out = tmp_path / "p"
+    code, res = run_json(capsys, [str(model), "--out", str(out), "--devices", str(cluster),
+                                  "--pin", "Relu=cpu"])
+    assert code == 0
+    plan = json.loads((out / "plan.json").read_text())
+    relus = [n for n in plan["assignment"] if n.startswith("relu")]
+    assert relus and all(plan["assignment"][n] == "cpu0" for n in relus)
+    # the fast estimated GPU takes the MatMuls: the pin changed something real
+    assert any(d == "acc0" for n, d in plan["assignment"].items() if n.startswith("matmul"))
+    # parts for the absent GPU are verified on the CPU
+    assert res["verify"]["max_abs_error"] <= 1e-5
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert any(p["execution_provider"] == "gpu (no execution provider)" or
+               p["device"].startswith("acc") for p in manifest["parts"])
+
+
+def test_control_flow_model_splits_and_verifies(tmp_path, capsys):
+    model = control_flow(tmp_path / "cf.onnx")
+    code, res = run_json(capsys, [str(model), "--out", str(tmp_path / "p")])
+    assert code == 0 and res["verify"]["max_abs_error"] <= 1e-6
+
+
+def test_input_value_steers_the_check_run(tmp_path, capsys):
+    """An input that picks an If branch: fed the given value, not the default ones."""
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"], name="sq")], "then", [],
+                               [vi("t", [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="neg")], "else", [],
+                               [vi("e", [2, 3])])
+    nodes = [helper.make_node("Equal", ["mode", "two"], ["c"], name="eq"),
+             helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g)]
+    two = onnx.numpy_helper.from_array(np.array(2, np.int64), "two")
+    path = save(make(nodes, [vi("x", [2, 3]), vi("mode", [], onnx.TensorProto.INT64)],
+                     [vi("y", [2, 3])], [two]), tmp_path / "m.onnx")
+    out = tmp_path / "p"
+    code, res = run_json(capsys, [str(path), "--out", str(out), "--input-value", "mode=2"])
+    assert code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {i["name"]: i.get("fill") for i in manifest["model"]["inputs"]} == {"x": None, "mode": 2}
+    feeds = random_feeds(manifest["model"]["inputs"])
+    assert feeds["mode"] == 2
+    got = Parts(out).run(feeds)["y"]
+    np.testing.assert_allclose(got, feeds["x"] ** 2)  # the 'then' branch ran
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _bad_models(d):
+    ok = mlp(d / "ok.onnx", layers=2, batch=4, width=64)
+    (d / "empty.onnx").write_bytes(b"")
+    (d / "text.onnx").write_text("not a model at all")
+    raw = ok.read_bytes()
+    (d / "truncated.onnx").write_bytes(raw[: len(raw) // 2])
+    save(make([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2, 2])], [vi("y", [2, 2])],
+              opset=99), d / "opset99.onnx")
+    m = make([helper.make_node("FooBar", ["x"], ["y"], domain="com.acme")], [vi("x", [2, 2])],
+             [vi("y", [2, 2])])
+    m.opset_import.append(helper.make_opsetid("com.acme", 1))
+    save(m, d / "unknown_op.onnx")
+    save(make([helper.make_node("Relu", ["b"], ["a"], name="A"),
+               helper.make_node("Relu", ["a"], ["b"], name="B"),
+               helper.make_node("Relu", ["a"], ["y"], name="C")],
+              [vi("x", [2, 2])], [vi("y", [2, 2])]), d / "cycle.onnx")
+    save(make([helper.make_node("Add", ["x", "ghost"], ["y"], name="add")], [vi("x", [2, 2])],
+              [vi("y", [2, 2])]), d / "dangling.onnx")
+    save(make([], [vi("x", [2, 2])], [vi("x", [2, 2])]), d / "no_ops.onnx")
+    mlp(d / "dynamic.onnx", layers=2, batch=4, width=64, dynamic_batch=True)
+    (d / "bad_cluster.json").write_text('{"devices": [{"name": "g", "class": "gpu", "count": "two"}]}')
+    (d / "small_cluster.json").write_text(json.dumps({
+        "devices": [{"name": "cpu", "class": "cpu", "count": 2, "memory": "1KiB",
+                     "execution_provider": "CPUExecutionProvider"}], "links": []}))
+    (d / "exists").mkdir()
+    return ok
+
+
+BAD = [
+    (["missing.onnx"], "does not exist"),
+    (["empty.onnx"], "is empty"),
+    (["text.onnx"], "not a readable ONNX model"),
+    (["truncated.onnx"], "not a readable ONNX model"),
+    (["opset99.onnx"], "unsupported opset"),
+    (["unknown_op.onnx"], "com.acme::FooBar"),
+    (["cycle.onnx"], "cycle"),
+    (["dangling.onnx"], "'ghost' that nothing produces"),
+    (["no_ops.onnx"], "no operators"),
+    (["dynamic.onnx"], "unbound dimension"),
+    (["ok.onnx", "--devices", "bad_cluster.json"], "count must be an integer"),
+    (["ok.onnx", "--devices", "nowhere.json"], "does not exist"),
+    (["ok.onnx", "--devices", "small_cluster.json"], "short"),
+    (["ok.onnx", "--pin", "Nothing=cpu"], "matches no operator"),
+    (["ok.onnx", "--pin", "Relu=tpu"], "unknown device"),
+    (["ok.onnx", "--input-value", "nope=3"], "not an input"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_one_line_error_and_nothing_written(tmp_path, capsys, monkeypatch, args, needle):
+    _bad_models(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = set(p.name for p in tmp_path.iterdir())
+    code = main(args + ["--out", "parts", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0
+    assert len(err) == 1 and err[0].startswith("onnxsplit: error: ") and needle in err[0], err
+    after = set(p.name for p in tmp_path.iterdir()) - {"cache"}  # the profile cache may fill
+    assert after == before  # no parts, no staging folder
+
+
+def test_existing_output_needs_force(tmp_path, capsys, monkeypatch):
+    _bad_models(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "exists" / "keep.txt").write_text("x")
+    assert main(["ok.onnx", "--out", "exists", "--quiet"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert (tmp_path / "exists" / "keep.txt").exists()
+    assert main(["ok.onnx", "--out", "exists", "--quiet", "--force"]) == 0
+    assert not (tmp_path / "exists" / "keep.txt").exists()
+    assert (tmp_path / "exists" / "manifest.json").exists()
+
+
+def test_help_explains_the_main_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert "onnxsplit model.onnx --out parts/" in text and "onnxsplit run parts/" in text
