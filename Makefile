@@ -1,7 +1,8 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-DEMO_WORKLOAD := models/demo_workload.json
+DEMO_MODEL := models/small_bert.onnx
+DEMO_SHAPES := --input-shape input_ids=1x64 --input-shape attention_mask=1x64
 
 .PHONY: demo test clean
 
@@ -14,10 +15,10 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(BIN)/onnxsplit solve $(DEMO_WORKLOAD) --objective throughput --method dp -o $(VENV)/demo_plan.json
+	$(BIN)/onnxsplit $(DEMO_MODEL) $(DEMO_SHAPES) --out $(VENV)/demo_parts --force
 	@echo
-	@echo "The same plan, scored for single-stream latency:"
-	$(BIN)/onnxsplit evaluate $(DEMO_WORKLOAD) $(VENV)/demo_plan.json --objective latency
+	@echo "The parts as a pipeline, measured against the whole model:"
+	$(BIN)/onnxsplit run $(VENV)/demo_parts --samples 200
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest

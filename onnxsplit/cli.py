@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _split(args) -> int:
     from . import api
-    from .split import split
+    from .workflow import split
 
     result = split(args.model, args.out, devices=args.devices, objective=args.objective,
                    input_shapes=api.parse_input_shapes(args.input_shape), pins=args.pin,
@@ -257,7 +257,7 @@ def _split(args) -> int:
 
 def _export(args) -> int:
     from . import api
-    from .split import export_plan
+    from .workflow import export_plan
 
     result = export_plan(args.model, args.plan, args.out, devices=args.devices,
                          input_shapes=api.parse_input_shapes(args.input_shape), force=args.force,
@@ -268,7 +268,7 @@ def _export(args) -> int:
 
 
 def _print_split(result: dict, as_json: bool) -> int:
-    from .split import VERIFY_TOLERANCE
+    from .workflow import VERIFY_TOLERANCE
 
     verify = result.get("verify")
     bad = verify is not None and not verify["max_abs_error"] <= VERIFY_TOLERANCE

@@ -211,3 +211,23 @@ def test_help_explains_the_main_command(capsys):
     assert e.value.code == 0
     text = capsys.readouterr().out
     assert "onnxsplit model.onnx --out parts/" in text and "onnxsplit run parts/" in text
+
+
+def test_python_api_split_then_run(tmp_path):
+    import onnxsplit
+
+    model = mlp(tmp_path / "mlp.onnx", layers=4, batch=16, width=128)
+    res = onnxsplit.split(model, tmp_path / "p", quiet=True)
+    assert res["verify"]["max_abs_error"] == 0.0
+    report = onnxsplit.run(tmp_path / "p", samples=10, warmup=2)
+    for key in ("verify", "measured", "predicted", "single_device"):
+        assert set(report[key]) >= ({"max_abs_error", "max_rel_error"} if key == "verify"
+                                    else {"latency_ms", "throughput_per_s"})
+    assert report["measured"]["throughput_per_s"] > 0
+    assert report["predicted"]["throughput_per_s"] == pytest.approx(res["predicted"]["throughput_per_s"])
+    # the loaded pipeline streams samples in order
+    pipe = onnxsplit.load(tmp_path / "p")
+    xs = [{"x": np.full((16, 128), i, np.float32)} for i in range(6)]
+    outs = list(pipe.stream(xs, depth=3))
+    for x, y in zip(xs, outs):
+        np.testing.assert_array_equal(y[pipe.output_names[0]], pipe.run(x)[pipe.output_names[0]])

@@ -8,7 +8,8 @@ dynamo=True)`` with dynamic batch and sequence axes, weights in a ``.data`` file
     python tools/build_test_models.py OUT_DIR [--models tiny_bert,bert_base,gpt2,vit]
     python tools/build_test_models.py OUT_DIR --import-only [--verify]  # import, time, check
 
-``tiny_bert`` is small enough (< 1 MB, weights inline) to be committed as test data;
+``tiny_bert`` is small enough (< 1 MB, weights inline) to be committed as test data and
+``small_bert`` (3.6 MB, inline) is the demo model shipped in models/;
 ``gpt2_large`` (not built by default) is a 3.1 GB model, over protobuf's 2 GB limit.
 """
 
@@ -31,6 +32,11 @@ def _text_model(kind: str):
         cfg = tf.BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2,
                             num_attention_heads=2, intermediate_size=64,
                             max_position_embeddings=64)
+        return tf.BertModel(cfg, add_pooling_layer=True), cfg.vocab_size
+    if kind == "small_bert":  # models/small_bert.onnx, the demo model: ~1 MParams, 3.6 MB
+        cfg = tf.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=4,
+                            num_attention_heads=4, intermediate_size=512,
+                            max_position_embeddings=128)
         return tf.BertModel(cfg, add_pooling_layer=True), cfg.vocab_size
     if kind == "bert_base":
         cfg = tf.BertConfig()  # bert-base-uncased sizes: 12 layers, 768 hidden, 110M params
@@ -162,7 +168,7 @@ def main(argv=None) -> int:
         if kind == "vit":
             path = export_vit(args.out)
         else:
-            path = export_text(kind, args.out, external=kind != "tiny_bert")
+            path = export_text(kind, args.out, external=kind not in ("tiny_bert", "small_bert"))
         size = sum(p.stat().st_size for p in args.out.glob(f"{kind}.onnx*"))
         print(f"{path}: {size / 1e6:.1f} MB in {time.perf_counter() - t:.0f} s", flush=True)
     import_report([args.out / f"{k}.onnx" for k in kinds], args.verify)
