@@ -285,14 +285,16 @@ def _print_split(result: dict, as_json: bool) -> int:
     if plan.get("gap") is not None:
         how += f", gap {plan['gap']:.1%}"
     print(f"plan: {how} ({plan['seconds']:.1f} s)")
+    if plan["details"].get("why"):
+        print(f"  kept whole: {plan['details']['why']}")
     print(f"  {'device':<8} {'nodes':>6} {'load ms':>10}  parts")
     for row in result["devices"]:
         print(f"  {row['device']:<8} {row['nodes']:>6} {row['load_ms']:>10.3f}  {' '.join(row['parts'])}")
     single = pred["single_device"]
     tput = pred["throughput_per_s"]
-    print(f"predicted: {tput:.1f} samples/s pipelined ({pred['max_load_ms']:.2f} ms per sample), "
+    print(f"predicted: {tput:.1f} samples/s pipelined ({1e3 / tput:.2f} ms per sample), "
           f"latency {pred['latency_ms']:.2f} ms")
-    if single.get("throughput_per_s"):
+    if single.get("throughput_per_s") and len(result["parts"]) > 1:
         print(f"best single device ({single['device']}): {single['throughput_per_s']:.1f} samples/s, "
               f"latency {single['latency_ms']:.2f} ms; the plan: {tput / single['throughput_per_s']:.2f}x "
               "the throughput")

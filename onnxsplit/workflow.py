@@ -28,6 +28,12 @@ from .export import check_out
 from .plan import Plan, read_json
 
 AUTO_IDEAL_LIMIT = 50_000  # above this many ideals the exact DP gives way to the linearized one
+# What the runner adds per part and sample: a hand-off between threads and the Python work
+# around a session call.  Python work holds the GIL, so it also caps the pipeline at one
+# sample per (parts x this).  Measured here: tiny BERT's two 0.096 ms stages stream at
+# 0.21-0.28 ms per sample and take 0.37-0.46 ms single-stream (tools/bench_pipeline.py).
+STAGE_OVERHEAD_MS = 0.1
+MIN_SPLIT_GAIN = 1.1  # auto keeps the model whole unless splitting promises this much more
 VERIFY_TOLERANCE = 1e-4  # max abs error the parts may show against the original
 PLAN_FILE = "plan.json"
 
@@ -188,16 +194,40 @@ def choose_plan(workload, objective: str, method: str = "auto", time_limit: floa
     return api.solve(workload, "latency", "ip", time_limit=time_limit)
 
 
-def predict(workload, plan: Plan) -> dict[str, Any]:
-    """What the plan promises, in the runner's terms: steady-state throughput from the max
-    load; single-stream latency with each device running its part(s) serially."""
+def _whole_if_split_does_not_pay(workload, plan: Plan) -> Plan:
+    """The model on its best single device when the split's predicted throughput, runner
+    overheads included, is not MIN_SPLIT_GAIN times the whole model's in one session (tiny
+    models: a stage would cost more in hand-offs than it computes)."""
+    from . import api
+
+    single = best_single_device(workload)
+    if plan.value is None or single.get("method") is None or len(set(plan.assignment.values())) < 2:
+        return plan
+    if predict(workload, plan)["throughput_per_s"] >= MIN_SPLIT_GAIN * single["throughput_per_s"]:
+        return plan
+    whole = api.solve(workload, "throughput", single["method"])
+    if whole.value is None:
+        return plan
+    whole.details["why"] = (f"splitting ({plan.method}: {plan.value:.4g} ms per sample on "
+                            f"{len(set(plan.assignment.values()))} devices) does not pay: with "
+                            f"{STAGE_OVERHEAD_MS} ms per stage hand-off it promises less than "
+                            f"{MIN_SPLIT_GAIN}x the whole model on one device")
+    return whole
+
+
+def predict(workload, plan: Plan, parts: int | None = None) -> dict[str, Any]:
+    """What the plan promises, in the runner's terms: one sample every max(max load +
+    overhead, parts x overhead) ms; single-stream latency with each device running its
+    part(s) serially, plus an overhead per hand-off (STAGE_OVERHEAD_MS)."""
     from .solve import evaluate
 
+    parts = parts or len(set(plan.assignment.values()))
     load = evaluate.max_load(workload, plan.assignment).value
     lat = evaluate.latency(workload, plan.assignment, plan.pieces or None, serial_cpus=True).value
-    single = best_single_device(workload)
-    return {"latency_ms": lat, "throughput_per_s": 1e3 / load if load > 0 else None,
-            "max_load_ms": load, "single_device": single}
+    period = max(load + STAGE_OVERHEAD_MS, parts * STAGE_OVERHEAD_MS)
+    return {"latency_ms": lat + (parts + 1) * STAGE_OVERHEAD_MS,
+            "throughput_per_s": 1e3 / period, "max_load_ms": load, "parts": parts,
+            "stage_overhead_ms": STAGE_OVERHEAD_MS, "single_device": best_single_device(workload)}
 
 
 def best_single_device(workload) -> dict[str, Any]:
@@ -212,7 +242,8 @@ def best_single_device(workload) -> dict[str, Any]:
     if not options:
         return {"device": None, "latency_ms": None, "throughput_per_s": None}
     dev, ms = min(options, key=lambda o: o[1])
-    return {"device": dev, "latency_ms": ms, "throughput_per_s": 1e3 / ms if ms > 0 else None}
+    return {"device": dev, "latency_ms": ms, "throughput_per_s": 1e3 / ms if ms > 0 else None,
+            "method": "all_cpu" if dev == "cpu0" else "one_accelerator"}
 
 
 # ---------------------------------------------------------------------- export + verify
@@ -293,7 +324,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
     names = [n.name for n in graph.nodes]
     device_of = {names[i]: d for i, d in plan.assignment.items()}
     piece_of = _pieces_by_name(workload, plan, names)
-    predicted = predict(workload, plan)
+    predicted = predict(workload, plan, len({(device_of[n], (piece_of or {}).get(n, 0)) for n in names}))
     t = time.perf_counter()
     _say(quiet, f"exporting parts to {out}")
     plan_obj = plan_file_json(plan, graph)
@@ -380,6 +411,8 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
     _say(quiet, f"solving for {objective} ({prep.workload.n} operators, "
                 f"{prep.workload.num_accelerators} accelerators, {prep.workload.num_cpus} CPU cores)")
     plan = choose_plan(pinned_workload, objective, method, time_limit)
+    if method == "auto" and objective == "throughput" and not pinned:
+        plan = _whole_if_split_does_not_pay(pinned_workload, plan)
     prep.seconds["solve"] = time.perf_counter() - t
     return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,
                        pinned=pinned)

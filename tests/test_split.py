@@ -13,6 +13,7 @@ from onnx import helper
 from onnx_models import TINY_BERT, control_flow, make, mlp, save, vi
 from onnxsplit.cli import main
 from onnxsplit.runner import Parts, random_feeds
+from onnxsplit.workflow import STAGE_OVERHEAD_MS
 
 TINY_ARGS = ["--input-shape", "input_ids=1x32", "--input-shape", "attention_mask=1x32"]
 
@@ -47,10 +48,15 @@ def test_split_tiny_bert_reproduces_the_model(tmp_path, capsys):
     got = parts.run(feeds)
     for name, value in want.items():
         np.testing.assert_allclose(got[name], value, atol=1e-5)
-    # the plan object is the solver's, re-scored: the predicted throughput is 1 / max load
+    # the plan object is the solver's, re-scored: one sample per max load plus the runner's
+    # hand-off, or per hand-off of every part where those (holding the GIL) take longer
     plan = res["plan"]
     assert plan["objective"] == "throughput" and plan["value"] > 0
-    assert res["predicted"]["throughput_per_s"] == pytest.approx(1e3 / plan["value"])
+    n = len(res["parts"])
+    period = max(plan["value"] + STAGE_OVERHEAD_MS, n * STAGE_OVERHEAD_MS)
+    assert res["predicted"]["throughput_per_s"] == pytest.approx(1e3 / period)
+    if n == 1:  # kept whole: the split would not pay for its hand-offs
+        assert "does not pay" in plan["details"]["why"]
     assert len(plan["assignment"]) == len(onnx.load(str(TINY_BERT)).graph.node)
 
 
@@ -231,3 +237,22 @@ def test_python_api_split_then_run(tmp_path):
     outs = list(pipe.stream(xs, depth=3))
     for x, y in zip(xs, outs):
         np.testing.assert_array_equal(y[pipe.output_names[0]], pipe.run(x)[pipe.output_names[0]])
+
+
+@pytest.mark.parametrize("ms,split", [(0.02, False), (5.0, True)])
+def test_auto_keeps_a_model_whole_when_hand_offs_cost_more_than_the_split_saves(ms, split):
+    from workloads import edge, node, workload
+    from onnxsplit.workflow import _whole_if_split_does_not_pay, choose_plan, predict
+
+    from onnxsplit.workload import Workload
+
+    w = Workload.from_paper_json(workload([node(i, cpu=ms, acc=ms, supported=False) for i in range(4)],
+                                          [edge(i, i + 1, 0.0) for i in range(3)], k=0, l=2))
+    best = choose_plan(w, "throughput")
+    assert len(set(best.assignment.values())) == 2 and best.value == pytest.approx(2 * ms)
+    chosen = _whole_if_split_does_not_pay(w, best)
+    assert (len(set(chosen.assignment.values())) == 2) is split
+    # the arithmetic behind it: 2 stages of 2*ms + overhead each, against 4*ms whole
+    two = 1e3 / max(2 * ms + STAGE_OVERHEAD_MS, 2 * STAGE_OVERHEAD_MS)
+    assert predict(w, best)["throughput_per_s"] == pytest.approx(two)
+    assert (two >= 1.1 * 1e3 / (4 * ms)) is split
