@@ -27,7 +27,8 @@ side).  Each column is the median over the repeats (in ``--json``, "mt" is the T
 session); the ratios pipe/1t and pipe/2t are medians of the per-repeat ratios (each pairs
 measurements taken side by side, so they can differ a little from the ratio of the median
 columns), and ``spread`` is the min-max of the per-repeat pipe/1t.  ``pred`` is the
-plan's prediction: throughput 1 / max stage load, latency with each core running its
+plan's prediction (workflow.predict): one sample per max stage load plus the runner's
+hand-off cost per stage, latency with each core running its
 part(s) serially.
 
     python tools/bench_pipeline.py                                  # default models
