@@ -99,8 +99,17 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", parents=[out], help="every method on one workload, against the best bound",
                        description="Run every method on one workload and print their values beside the best "
                                    "proven lower bound (how far each is from the optimum at most).")
-    c.add_argument("workload", help="workload JSON (the paper's format)")
+    c.add_argument("workload", help="workload JSON (the paper's format), or an ONNX model (profiled "
+                                    "for the devices, as the main command does)")
     c.add_argument("--objective", default="throughput", choices=["throughput", "latency"])
+    cm = c.add_argument_group("for an ONNX model")
+    cm.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                    help="bind an input's shape (repeat per input)")
+    cm.add_argument("--input-value", action="append", default=[], metavar="NAME=NUMBER",
+                    help="feed this input NUMBER when measuring")
+    cm.add_argument("--devices", metavar="CLUSTER.json", help="cluster spec (default: this machine)")
+    cm.add_argument("--accelerator", metavar="NAME", help="the cluster's accelerator, when it has several")
+    cm.add_argument("--profile", metavar="PROFILE.json", help="profile file (default: the cache)")
     c.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="for the integer program (default 60)")
 
     model = argparse.ArgumentParser(add_help=False)
@@ -397,7 +406,15 @@ def _print_plan(workload, plan) -> None:
 def _compare(args) -> int:
     from . import api
 
-    workload = api.load_workload(args.workload)
+    if args.workload.endswith(".onnx"):
+        from .workflow import prepare
+
+        workload = prepare(args.workload, devices=args.devices, profile=args.profile,
+                           input_shapes=api.parse_input_shapes(args.input_shape),
+                           input_fills=api.parse_input_values(args.input_value),
+                           accelerator=args.accelerator, quiet=args.json).workload
+    else:
+        workload = api.load_workload(args.workload)
     result = api.compare(workload, args.objective, time_limit=args.time_limit)
     bound = result["best_lower_bound"]
     if args.json:

@@ -256,3 +256,18 @@ def test_auto_keeps_a_model_whole_when_hand_offs_cost_more_than_the_split_saves(
     two = 1e3 / max(2 * ms + STAGE_OVERHEAD_MS, 2 * STAGE_OVERHEAD_MS)
     assert predict(w, best)["throughput_per_s"] == pytest.approx(two)
     assert (two >= 1.1 * 1e3 / (4 * ms)) is split
+
+
+def test_compare_on_a_model(tmp_path, capsys):
+    model = mlp(tmp_path / "mlp.onnx", layers=3, batch=16, width=128)
+    code = main(["compare", str(model), "--json", "--time-limit", "10"])
+    assert code == 0
+    res = json.loads(capsys.readouterr().out)
+    by = {m["method"]: m for m in res["methods"]}
+    # every plan is no better than the proven bound, and the IP (non-contiguous, warm
+    # started from the quick methods) is the best of them
+    values = [m["value"] for m in res["methods"]
+              if m.get("value") is not None and m.get("status") != "infeasible"]
+    assert res["best_lower_bound"] is not None and min(values) >= res["best_lower_bound"] - 1e-9
+    assert by["ip"]["value"] <= min(values) + 1e-9
+    assert by["all_cpu"]["value"] == pytest.approx(2 * by["dp"]["value"], rel=0.5)
