@@ -189,9 +189,21 @@ def _blocks(workload: Workload, dev: np.ndarray, piece: np.ndarray, serial_cpus:
     return block, members, topological_sort(nblocks, succ)
 
 
-def latency(workload: Workload, assignment: dict[int, str], pieces: dict[int, int] | None = None,
-            serial_cpus: bool = False) -> Score:
-    """Single-stream latency; each accelerator piece is one call (see module docstring).
+@dataclass(frozen=True)
+class Call:
+    """One call of a sample's run: nodes a device runs together, and when."""
+
+    device: str
+    nodes: tuple[int, ...]  # node indices
+    start: float  # inputs ready
+    compute_start: float  # after incoming transfers
+    compute_end: float
+    finish: float  # after outgoing transfers
+
+
+def schedule(workload: Workload, assignment: dict[int, str], pieces: dict[int, int] | None = None,
+             serial_cpus: bool = False) -> list[Call]:
+    """The calls of one sample in the latency model, in the order they run.
 
     ``pieces`` (node id -> piece number, for accelerator nodes) gives the calls explicitly,
     as the latency IP does; they must be schedulable (no cycle between calls).  Without
@@ -220,6 +232,7 @@ def latency(workload: Workload, assignment: dict[int, str], pieces: dict[int, in
                                             serial_cpus)
     finish = np.zeros(workload.n)
     preds, succs, cost = workload.predecessors, workload.successors, workload.out_cost
+    calls = []
     for b in order:
         nodes = members[b]
         first = nodes[0]
@@ -227,17 +240,27 @@ def latency(workload: Workload, assignment: dict[int, str], pieces: dict[int, in
         senders = {u for v in nodes for u in preds[v] if u not in inside}
         start = max((finish[u] for u in senders), default=0.0)
         if dev[first] >= k:  # CPU nodes: no transfer cost
-            finish[nodes] = start + float(workload.cpu_latency[nodes].sum())
-            continue
-        incoming = sum(cost[u] for u in senders)
-        outgoing = sum(cost[u] for u in nodes if any(w not in inside for w in succs[u]))
-        compute = float(workload.acc_latency[nodes].sum())
-        finish[nodes] = start + incoming + compute + outgoing
+            incoming = outgoing = 0.0
+            compute = float(workload.cpu_latency[nodes].sum())
+        else:
+            incoming = sum(cost[u] for u in senders)
+            outgoing = sum(cost[u] for u in nodes if any(w not in inside for w in succs[u]))
+            compute = float(workload.acc_latency[nodes].sum())
+        done = start + incoming + compute + outgoing
+        finish[nodes] = done
+        calls.append(Call(workload.devices[dev[first]].name, tuple(nodes), float(start),
+                          float(start + incoming), float(start + incoming + compute), float(done)))
+    return calls
+
+
+def latency(workload: Workload, assignment: dict[int, str], pieces: dict[int, int] | None = None,
+            serial_cpus: bool = False) -> Score:
+    """Single-stream latency: when the last call of :func:`schedule` finishes (per device:
+    when its last call does)."""
     per_device = {d.name: 0.0 for d in workload.devices}
-    for v in range(workload.n):
-        name = workload.devices[dev[v]].name
-        per_device[name] = max(per_device[name], float(finish[v]))
-    return Score(float(finish.max(initial=0.0)), per_device)
+    for c in schedule(workload, assignment, pieces, serial_cpus):
+        per_device[c.device] = max(per_device[c.device], c.finish)
+    return Score(max(per_device.values(), default=0.0), per_device)
 
 
 def score(workload: Workload, assignment: dict[int, str], objective: str,
