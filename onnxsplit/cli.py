@@ -111,6 +111,11 @@ def _parser() -> argparse.ArgumentParser:
     cm.add_argument("--accelerator", metavar="NAME", help="the cluster's accelerator, when it has several")
     cm.add_argument("--profile", metavar="PROFILE.json", help="profile file (default: the cache)")
     c.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="for the integer program (default 60)")
+    c.add_argument("--html", metavar="REPORT.html",
+                   help="also write a report: every method against the bound, the placement drawn "
+                        "as a graph coloured by device, loads, and timelines of the best plan")
+    c.add_argument("--draw", metavar="METHOD", help="the method whose plan the report draws "
+                   "(default: the best valid plan)")
 
     model = argparse.ArgumentParser(add_help=False)
     model.add_argument("model", help="ONNX model file (weights may be in external data files)")
@@ -417,6 +422,8 @@ def _compare(args) -> int:
         workload = api.load_workload(args.workload)
     result = api.compare(workload, args.objective, time_limit=args.time_limit)
     bound = result["best_lower_bound"]
+    if args.html:
+        _write_report(args, workload, result)
     if args.json:
         rows = [{"method": r["method"], "error": r["error"]} if "error" in r else r["plan"].to_json()
                 for r in result["rows"]]
@@ -438,6 +445,28 @@ def _compare(args) -> int:
             note = "  (optimal among contiguous pipelines)"
         print(f"  {r['method']:<16} {p.status:<11} {value} {versus} {p.seconds:>8.2f}{note}")
     return 0
+
+
+def _write_report(args, workload, result) -> None:
+    from pathlib import Path
+
+    from . import report
+    from .errors import OnnxsplitError
+
+    if args.draw:
+        found = [r.get("plan") for r in result["rows"] if r["method"] == args.draw]
+        if not found or found[0] is None or found[0].value is None:
+            raise OnnxsplitError(f"--draw {args.draw}: that method gave no plan here")
+        drawn = found[0]
+    else:
+        drawn = report.best_plan(result["rows"])
+        if drawn is None:
+            raise OnnxsplitError("no method gave a valid plan to draw")
+    page = report.render(workload, result["rows"], args.objective, result["best_lower_bound"], drawn,
+                         title=f"onnxsplit compare {Path(args.workload).name}")
+    Path(args.html).write_text(page)
+    if not args.json:
+        print(f"report: {args.html}")
 
 
 def _evaluate(args) -> int:
