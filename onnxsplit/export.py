@@ -34,13 +34,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, NamedTuple
 
 import onnx
 from onnx import AttributeProto, TensorProto
 
 from .errors import OnnxsplitError, SplitError
 from .graph import OpGraph
+from .shapes import KEEP_WEIGHT_BYTES, elem_type, proto_bytes
 
 FORMAT = "onnxsplit-parts/1"
 MANIFEST = "manifest.json"
@@ -185,11 +186,14 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     types = _declared_types(model)
     base_dir = Path(graph.path).parent
 
+    links = _Links.of(parts)
+    initializers = {t.name: t for t in model.graph.initializer}
+
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
         with _WeightWriter(staging / WEIGHTS, base_dir) as weights:
-            protos = [_part_model(model, graph, p, parts, types, weights) for p in parts]
+            protos = [_part_model(model, graph, p, links, types, weights, initializers) for p in parts]
         for p, proto in zip(parts, protos):
             (staging / p.file).write_bytes(proto.SerializeToString())
             if check:
@@ -198,7 +202,7 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
                 except Exception as e:  # the exporter's own bug, named per part
                     raise OnnxsplitError(f"part {p.name} is not a valid ONNX model: "
                                          f"{' '.join(str(e).split())[:300]}") from None
-        manifest = _manifest(graph, parts, weights, threads or {}, predicted, plan)
+        manifest = _manifest(graph, parts, links, weights, threads or {}, predicted, plan)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         for name, text in (files or {}).items():
             (staging / name).write_text(text)
@@ -248,7 +252,7 @@ def _declared_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     g.output.extend(model.graph.output)
     g.value_info.extend(model.graph.value_info)
     for t in model.graph.initializer:
-        if t.data_location != TensorProto.EXTERNAL and _nbytes(t) <= 64 * 1024:
+        if t.data_location != TensorProto.EXTERNAL and proto_bytes(t) <= KEEP_WEIGHT_BYTES:
             g.initializer.append(t)
         else:  # dims and type are all inference needs of a big weight
             g.initializer.append(onnx.TensorProto(name=t.name, dims=t.dims, data_type=t.data_type))
@@ -263,12 +267,6 @@ def _declared_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     return types
 
 
-def _nbytes(t: TensorProto) -> int:
-    from .shapes import proto_bytes
-
-    return proto_bytes(t)
-
-
 def _value_info(name: str, graph: OpGraph, types: Mapping[str, onnx.TypeProto]) -> onnx.ValueInfoProto:
     vi = onnx.ValueInfoProto(name=name)
     declared = types.get(name)
@@ -281,10 +279,8 @@ def _value_info(name: str, graph: OpGraph, types: Mapping[str, onnx.TypeProto]) 
         # must have a shape for the checker, so the bound rank with free sizes, as below
         _free_dims(vi, graph.tensors[name].shape)
         return vi
-    from .shapes import DTYPES
-
     dtype = graph.tensors[name].dtype
-    et = next((k for k, (n, _) in DTYPES.items() if n == dtype), None)
+    et = elem_type(dtype)
     if et is None:
         raise SplitError(f"tensor '{name}' ({dtype}) crosses parts but its type cannot be declared")
     vi.type.tensor_type.elem_type = et
@@ -299,8 +295,23 @@ def _free_dims(vi: onnx.ValueInfoProto, shape) -> None:
         vi.type.tensor_type.shape.dim.add()
 
 
-def _part_model(model: onnx.ModelProto, graph: OpGraph, part: Part, parts: list[Part],
-                types, weights: "_WeightWriter") -> onnx.ModelProto:
+class _Links(NamedTuple):
+    """Which part makes each boundary tensor, and which parts read it."""
+
+    producer: dict[str, str]  # tensor -> part name (absent: a model input)
+    consumers: dict[str, list[str]]  # tensor -> part names, in part order
+
+    @classmethod
+    def of(cls, parts: list[Part]) -> "_Links":
+        consumers: dict[str, list[str]] = {}
+        for p in parts:
+            for t in p.inputs:
+                consumers.setdefault(t, []).append(p.name)
+        return cls({o: p.name for p in parts for o in p.outputs}, consumers)
+
+
+def _part_model(model: onnx.ModelProto, graph: OpGraph, part: Part, links: _Links, types,
+                weights: "_WeightWriter", initializers: Mapping[str, TensorProto]) -> onnx.ModelProto:
     src = model.graph
     m = onnx.ModelProto()
     m.ir_version = model.ir_version
@@ -319,19 +330,14 @@ def _part_model(model: onnx.ModelProto, graph: OpGraph, part: Part, parts: list[
         g.input.append(_value_info(t, graph, types))
     for t in part.outputs:
         g.output.append(_value_info(t, graph, types))
-    by_name = weights.initializers(src)
     reads = dict.fromkeys(t for n in part.nodes for t in graph.node(n).dependencies)
     for t in reads:
         if graph.tensors[t].kind == "initializer":
-            if t in by_name:
-                g.initializer.append(weights.reference(by_name[t]))
+            if t in initializers:
+                g.initializer.append(weights.reference(initializers[t]))
             else:
                 g.sparse_initializer.extend(s for s in src.sparse_initializer if s.values.name == t)
-    producer = {o: p.name for p in parts for o in p.outputs}
-    consumers: dict[str, list[str]] = {}
-    for p in parts:
-        for t in p.inputs:
-            consumers.setdefault(t, []).append(p.name)
+    producer, consumers = links
     meta = {
         "onnxsplit.format": FORMAT,
         "onnxsplit.part": part.name,
@@ -354,14 +360,10 @@ def _tensor_entry(graph: OpGraph, name: str) -> dict[str, Any]:
     return {"name": name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes}
 
 
-def _manifest(graph: OpGraph, parts: list[Part], weights: "_WeightWriter", threads, predicted,
-              plan) -> dict[str, Any]:
-    producer = {o: p.name for p in parts for o in p.outputs}
+def _manifest(graph: OpGraph, parts: list[Part], links: _Links, weights: "_WeightWriter", threads,
+              predicted, plan) -> dict[str, Any]:
+    producer, consumers = links
     device = {p.name: p.device for p in parts}
-    consumers: dict[str, list[str]] = {}
-    for p in parts:
-        for t in p.inputs:
-            consumers.setdefault(t, []).append(p.name)
     entries = []
     for p in parts:
         entries.append({
@@ -413,7 +415,6 @@ class _WeightWriter:
         self.count = 0
         self._placed: dict[tuple, tuple[int, int]] = {}  # source identity -> (offset, length)
         self._files: dict[str, Any] = {}
-        self._index: dict[str, TensorProto] | None = None
         self._out = None
 
     def __enter__(self) -> "_WeightWriter":
@@ -425,15 +426,10 @@ class _WeightWriter:
         for f in self._files.values():
             f.close()
 
-    def initializers(self, graph: onnx.GraphProto) -> dict[str, TensorProto]:
-        if self._index is None:
-            self._index = {t.name: t for t in graph.initializer}
-        return self._index
-
     def reference(self, t: TensorProto) -> TensorProto:
         """``t`` as a part holds it: inline when small (or a string), else a reference."""
         if t.data_type == TensorProto.STRING or (
-                t.data_location != TensorProto.EXTERNAL and _nbytes(t) <= INLINE_BYTES):
+                t.data_location != TensorProto.EXTERNAL and proto_bytes(t) <= INLINE_BYTES):
             return t
         offset, length = self._place(t)
         ref = TensorProto(name=t.name, dims=t.dims, data_type=t.data_type,
@@ -453,7 +449,7 @@ class _WeightWriter:
         key = self._identity(t)
         if key in self._placed:
             return self._placed[key]
-        length = _nbytes(t) if t.data_location == TensorProto.EXTERNAL else None
+        length = proto_bytes(t) if t.data_location == TensorProto.EXTERNAL else None
         align = _ALIGN_BIG if (length or 0) >= _BIG else 64
         pad = -self.offset % align
         if pad:
@@ -499,7 +495,7 @@ class _WeightWriter:
                 raise OnnxsplitError(f"weight '{t.name}': cannot read its external data file "
                                      f"'{where}': {e.strerror or e}") from None
         offset = int(info.get("offset", 0))
-        want = int(info["length"]) if "length" in info else _nbytes(t)
+        want = int(info["length"]) if "length" in info else proto_bytes(t)
         available = os.fstat(f.fileno()).st_size - offset
         if want > available:
             raise OnnxsplitError(f"weight '{t.name}': its external data file '{where}' is "

@@ -89,11 +89,10 @@ def random_feeds(specs: Iterable[Mapping[str, Any]], seed: int = 0) -> dict[str,
     --input-value it was split with) where the manifest has one."""
     from . import shapes
 
-    by_name = {name: et for et, (name, _bits) in shapes.DTYPES.items()}
     rng = np.random.default_rng(seed)
     out = {}
     for s in specs:
-        et = by_name.get(s["dtype"])
+        et = shapes.elem_type(s["dtype"])
         if et is None:
             raise RunError(f"input '{s['name']}' has type {s['dtype']}: pass its value explicitly")
         out[s["name"]] = shapes._feed(et, tuple(s["shape"]), False, rng, s.get("fill"))

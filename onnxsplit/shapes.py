@@ -47,10 +47,16 @@ def _dtype_table() -> dict[int, tuple[str, int]]:
 
 
 DTYPES = _dtype_table()
+_ELEM_TYPES = {name: et for et, (name, _bits) in DTYPES.items()}
 
 
 def dtype_name(elem_type: int) -> str:
     return DTYPES.get(elem_type, (f"onnx_type_{elem_type}", 0))[0]
+
+
+def elem_type(dtype: str) -> int | None:
+    """The ONNX element type of a :func:`dtype_name`; None for one it does not know."""
+    return _ELEM_TYPES.get(dtype)
 
 
 def nbytes(elem_type: int, shape: Iterable[int]) -> int:

@@ -45,8 +45,6 @@ _FAST_S = 1e-3  # nodes faster than this get extra timed runs: they are cheap an
 _CHAIN = 32  # nodes in the chain that measures the per-node overhead inside a graph
 NODE_BUDGET_S = 5.0  # a node slower than this over all its runs gets fewer (at least 3)
 
-_ELEM_TYPE = {name: et for et, (name, _bits) in shapes.DTYPES.items()}
-
 
 # --------------------------------------------------------------------- reference values
 
@@ -58,7 +56,7 @@ def input_feeds(graph: OpGraph, seed: int = 0) -> dict[str, np.ndarray]:
     out = {}
     for name in graph.inputs:
         t = graph.tensors[name]
-        out[name] = shapes._feed(_ELEM_TYPE.get(t.dtype, TensorProto.FLOAT), t.shape, False, rng,
+        out[name] = shapes._feed(shapes.elem_type(t.dtype) or TensorProto.FLOAT, t.shape, False, rng,
                                  graph.input_fills.get(name))
     return out
 
@@ -107,14 +105,14 @@ def reference_values(model: onnx.ModelProto, graph: OpGraph,
 def _value_info(name: str, value, dtype: str) -> onnx.ValueInfoProto:
     if isinstance(value, list):
         inner = dtype[4:-1] if dtype.startswith("seq(") else ""
-        et = _ELEM_TYPE.get(inner) or (helper.np_dtype_to_tensor_dtype(value[0].dtype) if value
+        et = shapes.elem_type(inner) or (helper.np_dtype_to_tensor_dtype(value[0].dtype) if value
                                        else TensorProto.FLOAT)
         return helper.make_tensor_sequence_value_info(name, et, None)
     arr = np.asarray(value)
     if arr.dtype == object or arr.dtype.kind in "US":
         et = TensorProto.STRING
     else:
-        et = _ELEM_TYPE.get(dtype) or helper.np_dtype_to_tensor_dtype(arr.dtype)
+        et = shapes.elem_type(dtype) or helper.np_dtype_to_tensor_dtype(arr.dtype)
     return helper.make_tensor_value_info(name, et, list(arr.shape))
 
 
