@@ -234,23 +234,14 @@ def build_workload(path: str | Path, input_shapes=None, *, devices: str | Path |
     measure: the CPU, and the accelerator's execution provider where it is present.  An
     accelerator neither present nor in the profile is estimated from its spec's peaks.
     """
-    from . import profile as prof
-    from .build import build_workload as build, choose_accelerator
+    from .build import build_workload as build, choose_accelerator, providers_needed
     from .graph import OpGraph
-    from .profile.store import ModelProfile, ProfileFile
+    from .profile import ensure_profiled
 
     cluster = load_cluster(devices)
     acc = choose_accelerator(cluster, accelerator)
-    _, bound, key = prof.bind(path, input_shapes, input_fills)
-    cache = Path(profile) if profile else prof.default_cache(key)
-    known = ModelProfile(key, bound, tuple(ProfileFile.load(cache).for_model(key)))
-    needed = [cluster.cpu.execution_provider] + ([acc.execution_provider]
-                                                 if acc is not None and acc.execution_provider else [])
-    present = prof.available_providers()
-    todo = [ep for ep in dict.fromkeys(needed) if known.entry(ep) is None and ep in present]
-    if todo:
-        known = prof.profile(path, bound, providers=todo, cache=cache, repeats=repeats, quiet=quiet,
-                             input_fills=input_fills)
-    graph = OpGraph.from_onnx(path, bound, check_runtime=False, input_fills=input_fills)
+    known, _, _ = ensure_profiled(path, input_shapes, providers_needed(cluster, acc), cache=profile,
+                                  input_fills=input_fills, repeats=repeats, quiet=quiet)
+    graph = OpGraph.from_onnx(path, known.input_shapes, check_runtime=False, input_fills=input_fills)
     return build(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
                  activations=activations)

@@ -71,6 +71,14 @@ def choose_accelerator(cluster: Cluster, name: str | None) -> DeviceSpec | None:
     return accs[0] if accs else None
 
 
+def providers_needed(cluster: Cluster, acc: DeviceSpec | None) -> list[str]:
+    """The execution providers whose profile a workload for ``acc`` on ``cluster`` uses."""
+    eps = [cluster.cpu.execution_provider]
+    if acc is not None and acc.execution_provider:
+        eps.append(acc.execution_provider)
+    return list(dict.fromkeys(eps))
+
+
 def pick_entries(profile: ModelProfile, cpu: DeviceSpec, acc: DeviceSpec | None
                  ) -> tuple[Entry | None, Entry | None]:
     """(CPU entry, accelerator entry): this machine's where it has one; the CPU entry from

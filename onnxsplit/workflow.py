@@ -57,34 +57,24 @@ def _say(quiet: bool, text: str) -> None:
 def prepare(model: str | Path, *, devices: str | Path | None = None, input_shapes=None,
             profile: str | Path | None = None, accelerator: str | None = None,
             quiet: bool = False, input_fills: Mapping[str, float] | None = None) -> Prepared:
-    from . import profile as prof
-    from .build import build_workload, choose_accelerator
-    from .cluster import Cluster
+    from .api import load_cluster
+    from .build import build_workload, choose_accelerator, providers_needed
     from .graph import OpGraph
-    from .profile.store import ModelProfile, ProfileFile
+    from .profile import ensure_profiled
 
     seconds = {}
-    cluster = Cluster.from_file(devices) if devices else Cluster.detect()
+    cluster = load_cluster(devices)
     acc = choose_accelerator(cluster, accelerator)
     t = time.perf_counter()
     _say(quiet, f"importing {model}")
     graph = OpGraph.from_onnx(model, input_shapes, check_runtime=True, input_fills=input_fills)
     seconds["import"] = time.perf_counter() - t
-    bound = dict(graph.input_shapes)
     t = time.perf_counter()
-    _, _, key = prof.bind(model, bound, input_fills)
-    cache = Path(profile) if profile else prof.default_cache(key)
-    known = ModelProfile(key, bound, tuple(ProfileFile.load(cache).for_model(key)))
-    needed = [cluster.cpu.execution_provider]
-    if acc is not None and acc.execution_provider:
-        needed.append(acc.execution_provider)
-    present = prof.available_providers()
-    todo = [ep for ep in dict.fromkeys(needed) if known.entry(ep) is None and ep in present]
-    if todo:
-        _say(quiet, f"profiling {len(graph.nodes)} operators on {', '.join(todo)}")
-        known = prof.profile(model, bound, providers=todo, cache=cache, quiet=quiet,
-                             input_fills=input_fills)
-    else:
+    known, cache, measured = ensure_profiled(
+        model, graph.input_shapes, providers_needed(cluster, acc), cache=profile,
+        input_fills=input_fills, quiet=quiet,
+        on_measure=lambda eps: _say(quiet, f"profiling {len(graph.nodes)} operators on {', '.join(eps)}"))
+    if not measured:
         _say(quiet, f"profile: cached in {cache}")
     seconds["profile"] = time.perf_counter() - t
     workload = build_workload(graph, known, cluster, accelerator=accelerator)
@@ -370,11 +360,9 @@ def _pieces_by_name(workload, plan: Plan, names) -> dict[str, int] | None:
     if plan.pieces:
         return {names[i]: p for i, p in plan.pieces.items()}
     dev = evaluate.device_array(workload, plan.assignment)
-    piece = evaluate.accelerator_pieces(workload, dev, cpus=True)
+    piece = evaluate.call_pieces(workload, dev, serial_cpus=True)
     if piece.max(initial=1) <= 1:
         return None
-    if evaluate._blocks(workload, dev, piece, serial_cpus=True)[2] is None:
-        piece = evaluate.switch_pieces(workload, dev, cpus=True)
     return {names[i]: int(piece[i]) for i in range(workload.n)}
 
 

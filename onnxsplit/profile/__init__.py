@@ -21,7 +21,7 @@ from ..errors import ProfileError
 from .devices import CPU_EP, available_providers, describe, device_key
 from .store import Entry, ModelProfile, NodeTiming, ProfileFile, model_hash
 
-__all__ = ["profile", "default_cache", "Entry", "ModelProfile", "NodeTiming", "ProfileFile",
+__all__ = ["profile", "ensure_profiled", "default_cache", "Entry", "ModelProfile", "NodeTiming", "ProfileFile",
            "model_hash", "available_providers", "bind", "CPU_EP"]
 
 
@@ -102,6 +102,28 @@ def profile(
         if cache is not False:
             store.save()
     return ModelProfile(key, bound, tuple(store.for_model(key)), fresh=tuple(todo), path=store.path)
+
+
+def ensure_profiled(path: str | Path, input_shapes: Mapping[str, Iterable[int]] | None,
+                    providers: Sequence[str], *, cache: str | Path | None = None,
+                    input_fills: Mapping[str, float] | None = None, repeats: int = 10,
+                    quiet: bool = False, on_measure=None) -> tuple[ModelProfile, Path, list[str]]:
+    """What a workload needs: every entry the profile file (default: the cache) holds for
+    the model, after measuring here each of ``providers`` that is present and that no entry
+    covers -- from any machine, so a GPU server's profile serves a laptop.  An absent
+    provider without an entry is left to the cost model.  ``on_measure(eps)`` is called
+    before measuring.  Returns (profile, profile file, providers measured now)."""
+    _, bound, key = bind(path, input_shapes, input_fills)
+    file = Path(cache) if cache else default_cache(key)
+    known = ModelProfile(key, bound, tuple(ProfileFile.load(file).for_model(key)))
+    present = available_providers()
+    todo = [ep for ep in dict.fromkeys(providers) if known.entry(ep) is None and ep in present]
+    if todo:
+        if on_measure is not None:
+            on_measure(todo)
+        known = profile(path, bound, providers=todo, cache=file, repeats=repeats, quiet=quiet,
+                        input_fills=input_fills)
+    return known, file, todo
 
 
 def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, warmup: int,

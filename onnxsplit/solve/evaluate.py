@@ -166,6 +166,16 @@ def switch_pieces(workload: Workload, dev: np.ndarray, cpus: bool = False) -> np
     return label if cpus else np.where(dev < workload.num_accelerators, label, 0)
 
 
+def call_pieces(workload: Workload, dev: np.ndarray, serial_cpus: bool = False) -> np.ndarray:
+    """The pieces :func:`schedule` uses when none are given: the reference's per-device
+    rule, or where those wait on each other across devices, a new piece at every switch.
+    (With ``serial_cpus`` CPU cores get pieces too; otherwise CPU nodes are 0.)"""
+    piece = accelerator_pieces(workload, dev, serial_cpus)
+    if _blocks(workload, dev, piece, serial_cpus)[2] is None:
+        piece = switch_pieces(workload, dev, serial_cpus)
+    return piece
+
+
 def _blocks(workload: Workload, dev: np.ndarray, piece: np.ndarray, serial_cpus: bool = False):
     """Group nodes into calls: each CPU node alone (with ``serial_cpus``: each (core,
     piece) together), each (accelerator, piece) together.
@@ -225,11 +235,8 @@ def schedule(workload: Workload, assignment: dict[int, str], pieces: dict[int, i
             raise SplitError("the given pieces wait on each other in a cycle (a piece is not convex, "
                              "or two calls need each other's output)")
     else:
-        block, members, order = _blocks(workload, dev, accelerator_pieces(workload, dev, serial_cpus),
+        block, members, order = _blocks(workload, dev, call_pieces(workload, dev, serial_cpus),
                                         serial_cpus)
-        if order is None:
-            block, members, order = _blocks(workload, dev, switch_pieces(workload, dev, serial_cpus),
-                                            serial_cpus)
     finish = np.zeros(workload.n)
     preds, succs, cost = workload.predecessors, workload.successors, workload.out_cost
     calls = []
