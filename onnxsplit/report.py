@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .plan import Plan
+from .shapes import bytes_text
 from .solve import evaluate
 from .workload import Workload
 
@@ -45,13 +46,6 @@ def _num(v: float | None, unit: str = "") -> str:
     if v is None:
         return "-"
     return f"{v:.4g}{unit}"
-
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 # ------------------------------------------------------------------------------- methods
@@ -133,7 +127,7 @@ def graph_svg(workload: Workload, assignment: dict[int, str], colors: dict[str, 
             nbytes = (e.extra or {}).get("bytes")
             cut.append((nbytes if nbytes is not None else e.cost, nbytes is not None, x1, y1, x2, y2))
     for amount, is_bytes, x1, y1, x2, y2 in sorted(cut, key=lambda c: -c[0])[:max_labels]:
-        label = _bytes(amount) if is_bytes else f"{amount:.3g} ms"
+        label = bytes_text(amount) if is_bytes else f"{amount:.3g} ms"
         parts.append(f'<text x="{(x1 + x2) / 2:.1f}" y="{(y1 + y2) / 2 - 2:.1f}" class="cutlbl">'
                      f'{_esc(label)}</text>')
     for v in range(workload.n):
@@ -274,7 +268,7 @@ def render(workload: Workload, rows: Sequence[dict], objective: str, bound: floa
         pipeline = ("<h2>Pipeline, steady state</h2><p class='muted'>Each stage works on one sample "
                     "per period (the max load); a stage below the max load idles.</p>"
                     + pipeline_timeline_svg(workload, drawn, colors))
-    memory = f" (memory {_bytes(workload.accelerator_memory)} each)" if workload.num_accelerators else ""
+    memory = f" (memory {bytes_text(workload.accelerator_memory)} each)" if workload.num_accelerators else ""
     serial = ("each core runs its part serially" if objective == "throughput"
               else "the paper's model: CPU operators run in parallel, each accelerator piece is one call")
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{_esc(title)}</title>

@@ -159,6 +159,14 @@ def dims_text(shape) -> str:
     return "x".join(map(str, shape)) if len(shape) else "scalar"
 
 
+def bytes_text(n: float) -> str:
+    """A byte count for people: 37.50 KiB, 1.20 GiB."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
 def _value_info(name: str, elem_type: int, shape: Iterable[int]) -> onnx.ValueInfoProto:
     return onnx.helper.make_tensor_value_info(name, elem_type, list(shape))
 

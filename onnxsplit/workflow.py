@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping
 from .errors import ClusterError, OnnxsplitError, SolveError, SplitError, TooManyIdeals
 from .export import check_out
 from .plan import Plan, read_json
+from .shapes import bytes_text
 
 AUTO_IDEAL_LIMIT = 50_000  # above this many ideals the exact DP gives way to the linearized one
 # What the runner adds per part and sample: a hand-off between threads and the Python work
@@ -91,16 +92,9 @@ def _check_total_memory(workload, cluster, acc) -> None:
     capacity = cpu_memory + (acc.count * acc.memory if acc is not None else 0.0)
     need = float(workload.size.sum())
     if need > capacity:
-        raise ClusterError(f"the model needs {_bytes(need)} (weights and activations) but all "
-                           f"devices together hold {_bytes(capacity)}: {_bytes(need - capacity)} "
+        raise ClusterError(f"the model needs {bytes_text(need)} (weights and activations) but all "
+                           f"devices together hold {bytes_text(capacity)}: {bytes_text(need - capacity)} "
                            "short")
-
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:.0f} B"
 
 
 # ---------------------------------------------------------------------------------- pins
