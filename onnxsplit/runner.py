@@ -30,6 +30,7 @@ import numpy as np
 
 from .errors import OnnxsplitError
 from .export import FORMAT, MANIFEST
+from .profile.measure import session_options
 
 POLL_S = 0.05  # how often a waiting thread looks for a stop
 
@@ -51,24 +52,6 @@ def read_manifest(parts_dir: str | Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise RunError(f"{path}: not an onnxsplit manifest (format is not '{FORMAT}')")
     return manifest
-
-
-def session_options(threads: int | None, optimize: bool = False):
-    """Sessions as the profiler timed the nodes: graph optimisations off by default (on
-    one thread they made BERT models slower here, 1.80 vs 1.49 ms for models/small_bert,
-    and the plan's latencies were measured without them), ``threads`` intra-op threads."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    if not optimize:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    if threads:
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0" if threads == 1 else "1")
-    return so
 
 
 def _providers(ep: str, fallback_cpu: bool = False) -> list[str]:
@@ -119,7 +102,7 @@ class Parts:
                 threads = cpu_threads
             try:
                 self.sessions.append(ort.InferenceSession(
-                    str(self.dir / p["file"]), session_options(threads, optimize),
+                    str(self.dir / p["file"]), session_options(threads, optimize=optimize),
                     providers=_providers(p["execution_provider"], fallback_cpu)))
             except RunError:
                 raise
@@ -322,7 +305,7 @@ def _whole_session(model_path: str | Path, threads: int, optimize: bool):
     import onnxruntime as ort
 
     try:
-        return ort.InferenceSession(str(model_path), session_options(threads, optimize),
+        return ort.InferenceSession(str(model_path), session_options(threads, optimize=optimize),
                                     providers=["CPUExecutionProvider"])
     except Exception as e:
         raise RunError(f"the original model '{model_path}' cannot be loaded: "

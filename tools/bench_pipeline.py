@@ -170,7 +170,7 @@ class Case:
         self.feeds = random_feeds(self.parts.inputs)
         self.threads = threads
         self.sessions = {
-            key: ort.InferenceSession(str(path), session_options(n, optimize),
+            key: ort.InferenceSession(str(path), session_options(n, optimize=optimize),
                                       providers=["CPUExecutionProvider"])
             for key, n in (("1t", 1), ("mt", threads))}
         self.runs: list[dict] = []
