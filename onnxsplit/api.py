@@ -207,14 +207,15 @@ def parse_input_values(specs) -> dict[str, float]:
 
 def profile_model(path: str | Path, input_shapes=None, *, output: str | Path | None = None,
                   providers=None, repeats: int = 10, warmup: int = 2, group: bool = True,
-                  force: bool = False, quiet: bool = False, input_fills=None):
+                  force: bool = False, quiet: bool = False, input_fills=None, method: str = "auto"):
     """Per-node latency on every execution provider present (or ``providers``), read from
-    / added to the profile file ``output`` (default: the per-user cache)."""
+    / added to the profile file ``output`` (default: the per-user cache).  ``method``: see
+    :func:`onnxsplit.profile.profile`."""
     from . import profile as prof
 
     return prof.profile(path, input_shapes, providers=providers, cache=output, repeats=repeats,
                         warmup=warmup, group=group, force=force, quiet=quiet,
-                        input_fills=input_fills)
+                        input_fills=input_fills, method=method)
 
 
 def load_cluster(path: str | Path | None = None):

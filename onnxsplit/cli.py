@@ -131,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--quiet", action="store_true", help="no progress bar")
 
     pr = sub.add_parser("profile", parents=[model, out], help="time every operator of an ONNX model",
-                        description="Time every operator of an ONNX model alone, on one CPU thread "
+                        description="Time every operator of an ONNX model on one CPU thread "
                                     "and on every accelerator execution provider present, and "
                                     "compare the sum with the whole model's time. Results are "
                                     "cached in the profile file by model hash and device: asking "
@@ -142,8 +142,13 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--providers", metavar="EP,...",
                     help="execution providers to profile (default: every one present)")
     pr.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed runs first (default 2)")
+    pr.add_argument("--method", choices=("auto", "in_graph", "alone"), default="auto",
+                    help="in_graph: time operators inside whole-model runs with onnxruntime's "
+                         "profiler; alone: each in a model of its own; auto (default): in_graph "
+                         "on the CPU for models whose operators average 20 us or more, else alone")
     pr.add_argument("--no-group", action="store_true",
-                    help="time every operator, even ones identical to an operator already timed")
+                    help="time every operator, even ones identical to an operator already timed "
+                         "(timing them alone)")
     pr.add_argument("--force", action="store_true", help="measure again even if the file has it")
 
     wl = sub.add_parser("workload", parents=[model], help="turn an ONNX model into a workload",
@@ -500,7 +505,7 @@ def _profile(args) -> int:
     providers = [p.strip() for p in args.providers.split(",") if p.strip()] if args.providers else None
     prof = api.profile_model(args.model, shapes, output=args.output, providers=providers,
                              repeats=args.repeats, warmup=args.warmup, group=not args.no_group,
-                             force=args.force, quiet=args.quiet,
+                             force=args.force, quiet=args.quiet, method=args.method,
                              input_fills=api.parse_input_values(args.input_value))
     if args.json:
         print(json.dumps({"path": str(prof.path), "model_hash": prof.model_hash,

@@ -1,18 +1,21 @@
 """How long profiling takes, and how well per-node times add up to the whole model.
 
-For each model: profile every node on the CPU (one thread, no cache), and time the whole
-model in the same run the same way (one thread, graph optimisations off); also time the
-whole model with every onnxruntime optimisation on (fusions), for reference.  Prints one
-row per model:
+For each model and each profiling method (``in_graph``: nodes timed inside whole-model
+runs by onnxruntime's profiler; ``alone``: each node in a model of its own, the baseline;
+``auto`` picks between them), profile every node on the CPU (one thread, no cache), and
+time the whole model in the same run the same way (one thread, graph optimisations off);
+also time the whole model with every onnxruntime optimisation on (fusions), for
+reference.  Prints one row per model and method:
 
-    model  nodes  distinct  profile s  node sum ms  whole ms  ratio  whole opt ms  roofline r
+    model  method  nodes  distinct  profile s  node sum ms  whole ms  ratio  whole opt ms  roofline r
 
 ``ratio`` = per-node sum / whole model (target: within 15% of 1).  ``roofline r`` is the
 correlation of the calibrated CPU roofline's per-node estimates with the measurements
 (the cost model used for absent devices; its total equals the measured total by
 construction).
 
-    python tools/bench_profile.py [MODEL.onnx ...] [--repeats N] [--no-group]
+    python tools/bench_profile.py [MODEL.onnx ...] [--seq N] [--repeats N] [--no-group]
+                                  [--methods in_graph,alone]
 
 Models default to /tmp/models/{bert_base,gpt2,vit}.onnx (tools/build_test_models.py builds
 them); text models are bound to input_ids=1x128 (and attention_mask=1x128), ViT to
@@ -71,7 +74,7 @@ def whole_optimised_ms(path: Path, feeds: dict, repeats: int) -> float:
     return float(np.median(ts)) * 1e3
 
 
-def bench(path: Path, shapes: dict, repeats: int, group: bool) -> dict:
+def bench(path: Path, shapes: dict, repeats: int, group: bool, method: str) -> dict:
     import numpy as np
 
     from onnxsplit.graph import OpGraph
@@ -80,7 +83,7 @@ def bench(path: Path, shapes: dict, repeats: int, group: bool) -> dict:
 
     t = time.perf_counter()
     prof = profile(path, shapes, cache=False, repeats=repeats, group=group, quiet=True,
-                   providers=["CPUExecutionProvider"])
+                   providers=["CPUExecutionProvider"], method=method)
     seconds = time.perf_counter() - t
     (entry,) = prof.entries
     graph = OpGraph.from_onnx(path, shapes, check_runtime=False)
@@ -93,7 +96,7 @@ def bench(path: Path, shapes: dict, repeats: int, group: bool) -> dict:
     feeds = measure.input_feeds(graph)
     opt = whole_optimised_ms(path, feeds, repeats)
     whole = entry.whole_model_ms["median"]
-    return {"model": path.stem, "nodes": len(entry.nodes),
+    return {"model": path.stem, "method": entry.settings.get("method", method), "nodes": len(entry.nodes),
             "distinct": entry.model.get("distinct_node_models", len(entry.nodes)),
             "seconds": seconds, "sum": entry.node_sum_ms(), "whole": whole,
             "ratio": entry.node_sum_ms() / whole, "opt": opt, "r": r,
@@ -108,6 +111,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=128, help="sequence length of text models")
     ap.add_argument("--no-group", action="store_true", help="time every node, not each distinct one")
     ap.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS")
+    ap.add_argument("--methods", default="in_graph,alone",
+                    help="profiling methods to compare, comma-separated (auto, in_graph, alone)")
     args = ap.parse_args(argv)
     from onnxsplit.api import parse_input_shapes
 
@@ -122,19 +127,27 @@ def main(argv=None) -> int:
 
     print(f"CPU: {cpu_name()}, one thread per node; repeats {args.repeats}, "
           f"{'every node timed' if args.no_group else 'identical nodes timed once'}")
-    head = (f"{'model':<12} {'nodes':>6} {'distinct':>8} {'profile s':>9} {'node sum ms':>11} "
-            f"{'whole ms':>9} {'(p10-p90)':>15} {'ratio':>6} {'whole opt ms':>12} {'roofline r':>10}"
+    head = (f"{'model':<12} {'seq':>4} {'method':<14} {'nodes':>6} {'distinct':>8} {'profile s':>9} "
+            f"{'node sum ms':>11} {'whole ms':>9} {'(p10-p90)':>15} {'ratio':>6} {'whole opt ms':>12} {'roofline r':>10}"
             f" {'CPU GFLOP/s':>11} {'GB/s':>6}")
     print(head)
     print("-" * len(head))
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for path in models:
-        row = bench(path, shapes_for(path, args.seq, given), args.repeats, not args.no_group)
-        spread = f"({row['p10']:.1f}-{row['p90']:.1f})"
-        print(f"{row['model']:<12} {row['nodes']:>6} {row['distinct']:>8} {row['seconds']:>9.1f} "
-              f"{row['sum']:>11.2f} {row['whole']:>9.2f} {spread:>15} {row['ratio']:>6.3f} "
-              f"{row['opt']:>12.2f} {row['r']:>10.4f} {row['gflops']:>11.1f} {row['gbs']:>6.1f}",
-              flush=True)
+        for method in methods:
+            row = bench(path, shapes_for(path, args.seq, given), args.repeats, not args.no_group,
+                        method)
+            _print(row, args.seq if not given else "-", method)
     return 0
+
+
+def _print(row: dict, seq, method: str) -> None:
+    spread = f"({row['p10']:.1f}-{row['p90']:.1f})"
+    label = method if method != "auto" else f"auto:{row['method']}"
+    print(f"{row['model']:<12} {seq!s:>4} {label:<14} {row['nodes']:>6} {row['distinct']:>8} "
+          f"{row['seconds']:>9.1f} {row['sum']:>11.2f} {row['whole']:>9.2f} {spread:>15} {row['ratio']:>6.3f} "
+          f"{row['opt']:>12.2f} {row['r']:>10.4f} {row['gflops']:>11.1f} {row['gbs']:>6.1f}",
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Per-node latency of an ONNX model on every execution provider present, cached.
 
-``profile(path, input_shapes)`` times every node alone on each EP (see ``measure`` for
-the method), the whole model the same way for comparison, and stores the result in a
+``profile(path, input_shapes)`` times every node on each EP -- inside whole-model runs
+on the CPU (``ingraph``), alone on accelerators (``measure``) --, the whole model the
+same way for comparison, and stores the result in a
 profile file keyed by the model's hash and the device (``store``).  Asking again for a
 (model, device) pair the file holds runs nothing.  ``costmodel`` estimates latencies for
 devices that are not present, calibrated on the measured CPU.
@@ -23,6 +24,10 @@ from .store import Entry, ModelProfile, NodeTiming, ProfileFile, model_hash
 
 __all__ = ["profile", "ensure_profiled", "default_cache", "Entry", "ModelProfile", "NodeTiming", "ProfileFile",
            "model_hash", "available_providers", "bind", "CPU_EP"]
+
+
+METHODS = ("auto", "in_graph", "alone")
+IN_GRAPH_MIN_NODE_S = 20e-6  # auto times nodes in the graph when they average this or more
 
 
 def default_cache(model_hash_: str) -> Path:
@@ -70,17 +75,25 @@ def profile(
     threads: int = 1,
     rounds: int = 2,
     input_fills: Mapping[str, float] | None = None,
+    method: str = "auto",
 ) -> ModelProfile:
     """Profile ``path`` on ``providers`` (default: every EP present) and return every entry
     the cache file holds for the model (entries from other machines included).
 
     ``cache``: a profile file to read and update (default: :func:`default_cache`); pass
     ``False`` to neither read nor write one.  ``force`` re-measures even on a cache hit.
-    ``group`` times identical single-node models once.  ``repeats`` timed runs per node
-    (nodes under a millisecond get five times as many) in ``rounds`` rounds over the
-    graph, each after ``warmup`` runs; the whole model's ``repeats`` runs are interleaved
-    with the nodes'.
+
+    ``method``: ``in_graph`` times the nodes inside whole-model runs with onnxruntime's
+    profiler (``ingraph``): at least ``repeats`` runs after ``warmup``, more for a fast
+    model, interleaved with the whole model's unprofiled runs.  ``alone`` times each node
+    in a model of its own (``measure``): ``repeats`` runs per node (nodes under a
+    millisecond get five times as many) in ``rounds`` rounds over the graph, each after
+    ``warmup`` runs, identical single-node models once when ``group``.  ``auto``:
+    ``in_graph`` on the CPU, ``alone`` on accelerators (whose profiler events time kernel
+    launches, not kernels) and for models whose nodes average under 20 us.
     """
+    if method not in METHODS:
+        raise ProfileError(f"unknown profiling method '{method}' (known: {', '.join(METHODS)})")
     if repeats < 1 or warmup < 0 or rounds < 1:
         raise ProfileError(f"repeats and rounds must be >= 1 and warmup >= 0, got {repeats}, "
                            f"{rounds} and {warmup}")
@@ -97,7 +110,7 @@ def profile(
     todo = [ep for ep in eps if force or store.find(key, device_key(ep, threads)) is None]
     if todo:
         for entry in _measure(Path(path), bound, input_fills, key, todo, repeats, warmup, group, quiet, threads,
-                              rounds):
+                              rounds, method):
             store.put(entry)
         if cache is not False:
             store.save()
@@ -127,7 +140,7 @@ def ensure_profiled(path: str | Path, input_shapes: Mapping[str, Iterable[int]] 
 
 
 def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, warmup: int,
-             group: bool, quiet: bool, threads: int, rounds: int) -> list[Entry]:
+             group: bool, quiet: bool, threads: int, rounds: int, method: str) -> list[Entry]:
     import numpy as np
     import onnxruntime as ort
 
@@ -137,7 +150,7 @@ def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, w
     graph = OpGraph.from_onnx(path, bound, input_fills=fills)
     model = graph.proto()
     feeds = measure.input_feeds(graph)
-    values = measure.reference_values(model, graph, feeds)
+    values: dict | None = None  # every tensor's value: only timing nodes alone needs them
     entries = []
     for ep in eps:
         start = time.perf_counter()
@@ -150,33 +163,69 @@ def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, w
             raise ProfileError(f"{ep} cannot build a session for the whole model: "
                                f"{_one_line(e)}") from None
         overheads = runner.overheads(warmup, repeats)
-        # whole-model runs are spread over the node timings so both see the same machine
         whole_run = runner.bind(whole_sess, feeds)
-        for _ in range(max(warmup, 1)):
-            whole_run()
-        whole_samples = [measure.sample(whole_run, 1 if repeats == 1 else 2)[-1:]]
+        how = method if method != "auto" else _auto_method(ep, whole_run, len(graph.nodes), warmup)
+        settings = {"method": how, "repeats": repeats, "warmup": warmup}
+        if how == "in_graph":
+            from . import ingraph
 
-        def between(step: int, steps: int) -> None:
-            while len(whole_samples) < 1 + step * (repeats - 1) // steps:
-                # a model of a few ms or less runs in a burst: its caches warm up again
-                # after the node timings in between, like the nodes' own repeated runs
-                burst = min(50, max(1, int(0.01 / max(whole_samples[0].min(), 1e-6))))
-                whole_samples.append(measure.sample(whole_run, burst)[burst // 2:])
+            cost = ingraph.profiler_cost(runner, overheads[1], warmup)
+            bar = _progress(None, f"{_short(ep)}: {len(graph.nodes)} nodes in whole-model runs",
+                            quiet, unit="run")
 
-        bar = _progress(len(graph.nodes) * rounds, f"{_short(ep)}: {len(graph.nodes)} nodes x "
-                        f"{rounds} rounds", quiet)
-        try:
-            nodes = measure.profile_nodes(runner, model, graph, values, warmup=warmup,
-                                          repeats=repeats, group=group, overheads=overheads,
-                                          rounds=rounds, progress=bar.update, between=between)
-        finally:
-            bar.close()
-        between(1, 1)
-        del whole_sess, whole_run
-        both = measure.Timing.of(np.concatenate(whole_samples))
-        whole = {"median": round(1e3 * both.median, 6), "p10": round(1e3 * both.p10, 6),
-                 "p90": round(1e3 * both.p90, 6), "runs": both.runs, "ep_share": round(share, 4)}
-        distinct = len({t.same_as or name for name, t in nodes.items()})
+            def step(k: int, total: int) -> None:
+                bar.total = total
+                bar.update(k)
+
+            try:
+                timed, whole_t, runs = ingraph.time_in_graph(
+                    runner, model, feeds, [n.name for n in graph.nodes], warmup=warmup,
+                    repeats=repeats, cost_s=cost, whole_run=whole_run, progress=step)
+            finally:
+                bar.close()
+            nodes = {n.name: NodeTiming(n.op_type, True, t.median_ms, t.p10_ms, t.p90_ms)
+                     for n in graph.nodes if (t := timed.get(n.name)) is not None}
+            settings.update(runs=runs, profiler_cost_ms=round(cost * 1e3, 6))
+            missing = [n.name for n in graph.nodes if n.name not in nodes]
+            if missing:  # no event (onnxruntime ran them otherwise): timed alone
+                values = values or measure.reference_values(model, graph, feeds)
+                nodes.update(measure.profile_nodes(runner, model, graph, values, warmup=warmup,
+                                                   repeats=repeats, group=group,
+                                                   overheads=overheads, rounds=rounds,
+                                                   only=set(missing)))
+                settings["timed_alone"] = len(missing)
+            nodes = {n.name: nodes[n.name] for n in graph.nodes}
+            distinct = len(nodes)
+        else:
+            values = values or measure.reference_values(model, graph, feeds)
+            # whole-model runs are spread over the node timings so both see the same machine
+            for _ in range(max(warmup, 1)):
+                whole_run()
+            whole_samples = [measure.sample(whole_run, 1 if repeats == 1 else 2)[-1:]]
+
+            def between(step: int, steps: int) -> None:
+                while len(whole_samples) < 1 + step * (repeats - 1) // steps:
+                    # a model of a few ms or less runs in a burst: its caches warm up again
+                    # after the node timings in between, like the nodes' own repeated runs
+                    burst = min(50, max(1, int(0.01 / max(whole_samples[0].min(), 1e-6))))
+                    whole_samples.append(measure.sample(whole_run, burst)[burst // 2:])
+
+            bar = _progress(len(graph.nodes) * rounds, f"{_short(ep)}: {len(graph.nodes)} nodes x "
+                            f"{rounds} rounds", quiet)
+            try:
+                nodes = measure.profile_nodes(runner, model, graph, values, warmup=warmup,
+                                              repeats=repeats, group=group, overheads=overheads,
+                                              rounds=rounds, progress=bar.update, between=between)
+            finally:
+                bar.close()
+            between(1, 1)
+            whole_t = measure.Timing.of(np.concatenate(whole_samples))
+            settings.update(rounds=rounds, grouped=group)
+            distinct = len({t.same_as or name for name, t in nodes.items()})
+        whole_sess = whole_run = None  # the next EP loads its own
+        whole = {"median": round(1e3 * whole_t.median, 6), "p10": round(1e3 * whole_t.p10, 6),
+                 "p90": round(1e3 * whole_t.p90, 6), "runs": whole_t.runs, "ep_share": round(share, 4)}
+        settings.update(graph_optimization="disabled", inputs="random floats in [0, 1), ones for integers")
         entries.append(Entry(
             model_hash=key, input_shapes=dict(bound), device_key=device_key(ep, threads),
             execution_provider=ep, nodes=nodes, whole_model_ms=whole,
@@ -184,13 +233,26 @@ def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, w
             model={"path": str(path), "nodes": len(graph.nodes), "distinct_node_models": distinct},
             device={"hardware": describe(ep), "threads": threads, "host": platform.node(),
                     "onnxruntime": ort.__version__, "numpy": np.__version__},
-            settings={"repeats": repeats, "warmup": warmup, "rounds": rounds, "grouped": group,
-                      "graph_optimization": "disabled", "inputs": "random floats in [0, 1), "
-                                                                   "ones for integers"},
+            settings=settings,
             measured_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             seconds=round(time.perf_counter() - start, 3),
         ))
     return entries
+
+
+def _auto_method(ep: str, whole_run, nodes: int, warmup: int) -> str:
+    """``in_graph`` on the CPU when the model's nodes take IN_GRAPH_MIN_NODE_S on average,
+    ``alone`` otherwise (see ``ingraph``: the profiler's own cost per event, 2-5 us and not
+    the same for every node, would then be a large share of each node) and on
+    accelerators."""
+    if ep != CPU_EP:
+        return "alone"
+    from .measure import sample
+
+    for _ in range(max(warmup, 1)):
+        whole_run()
+    per_node = float(sample(whole_run, 3).min()) / max(nodes, 1)
+    return "in_graph" if per_node >= IN_GRAPH_MIN_NODE_S else "alone"
 
 
 def _short(ep: str) -> str:
@@ -205,10 +267,10 @@ class _NoBar:
         pass
 
 
-def _progress(total: int, desc: str, quiet: bool):
+def _progress(total: int | None, desc: str, quiet: bool, unit: str = "node"):
     if quiet:
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="node", file=sys.stderr, leave=False,
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
                 dynamic_ncols=True, mininterval=0.2, delay=0.5)

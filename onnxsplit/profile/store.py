@@ -22,10 +22,14 @@ File format (``"format": "onnxsplit-profile"``, ``"version": 1``)::
                  "median_ms": 2.51, "p10_ms": 2.49, "p90_ms": 2.60,
                  "same_as": "<node timed in its place>", "error": "..."}}}]}
 
-Times are milliseconds.  A node's time is its single-node model's run time less the
-measured cost of one empty ``run`` call (``call_overhead_ms``) plus the cost one more node
-adds inside a graph (``node_overhead_ms``), so that per-node times add up to whole-model
-time even for tiny operators.  ``supported`` is false where the EP cannot run the node
+Times are milliseconds.  ``settings.method`` says how the nodes were timed: ``in_graph``
+(inside whole-model runs, by onnxruntime's profiler, less its cost per event,
+``settings.profiler_cost_ms``; ``median_ms`` is then the mean of the middle half of the
+samples, as the profiler reports whole microseconds) or ``alone`` (a node's time is its
+single-node model's run time less the measured cost of one empty ``run`` call,
+``call_overhead_ms``, plus the cost one more node adds inside a graph,
+``node_overhead_ms``, so that per-node times add up to whole-model time even for tiny
+operators).  ``supported`` is false where the EP cannot run the node
 (session creation fails or the node falls back to another EP); its times are then null.
 ``same_as`` names the node whose identical single-node model was timed instead (grouped
 profiling), ``error`` why a node could not be timed alone.
