@@ -104,8 +104,8 @@ def test_node_without_events_is_timed_alone(mlp_path, monkeypatch):
 
     real = ingraph.kernel_times
 
-    def drop_relu1(events, keep):
-        out = real(events, keep)
+    def drop_relu1(events, keep, cost_s=0.0):
+        out = real(events, keep, cost_s)
         out.pop("relu1", None)  # (the profiler-cost chain has no relu1)
         return out
 
@@ -130,6 +130,15 @@ def test_kernel_times_split_runs_and_sum_repeated_names():
     got = ingraph.kernel_times(ev, lambda run: run >= 1)
     assert got == {"a": [7e-6, 9e-6], "b": [7e-6]}
     assert ingraph.kernel_times(ev, lambda run: run == 0) == {"a": [10e-6]}
+    # an If's event holds its branch's two events: the profiler's cost comes off three times
+    ev += [{"cat": "Session", "name": "model_run", "ts": 300, "dur": 50},
+           {"cat": "Node", "name": "if_kernel_time", "ts": 301, "dur": 20},
+           {"cat": "Node", "name": "then_a_kernel_time", "ts": 303, "dur": 5},
+           {"cat": "Node", "name": "then_b_kernel_time", "ts": 310, "dur": 6},
+           {"cat": "Node", "name": "next_kernel_time", "ts": 321, "dur": 4}]  # starts at if's end
+    got = ingraph.kernel_times(ev, lambda run: run == 3, cost_s=1e-6)
+    assert got["if"] == [pytest.approx(17e-6)] and got["then_b"] == [pytest.approx(5e-6)]
+    assert got["next"] == [pytest.approx(3e-6)]
 
 
 def test_typical_resolves_below_the_profilers_microsecond():

@@ -164,7 +164,8 @@ def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, w
                                f"{_one_line(e)}") from None
         overheads = runner.overheads(warmup, repeats)
         whole_run = runner.bind(whole_sess, feeds)
-        how = method if method != "auto" else _auto_method(ep, whole_run, len(graph.nodes), warmup)
+        how = method if method != "auto" else _auto_method(ep, whole_run, _node_count(model.graph),
+                                                           warmup)
         settings = {"method": how, "repeats": repeats, "warmup": warmup}
         if how == "in_graph":
             from . import ingraph
@@ -241,7 +242,8 @@ def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, w
 
 
 def _auto_method(ep: str, whole_run, nodes: int, warmup: int) -> str:
-    """``in_graph`` on the CPU when the model's nodes take IN_GRAPH_MIN_NODE_S on average,
+    """``in_graph`` on the CPU when the model's ``nodes`` (subgraphs' included) take
+    IN_GRAPH_MIN_NODE_S on average,
     ``alone`` otherwise (see ``ingraph``: the profiler's own cost per event, 2-5 us and not
     the same for every node, would then be a large share of each node) and on
     accelerators."""
@@ -253,6 +255,14 @@ def _auto_method(ep: str, whole_run, nodes: int, warmup: int) -> str:
         whole_run()
     per_node = float(sample(whole_run, 3).min()) / max(nodes, 1)
     return "in_graph" if per_node >= IN_GRAPH_MIN_NODE_S else "alone"
+
+
+def _node_count(graph) -> int:
+    """Nodes of an ONNX graph, those of its If/Loop/Scan subgraphs included (each has its
+    own profiler event)."""
+    from ..graph import _subgraphs
+
+    return sum(1 + sum(_node_count(g) for g in _subgraphs(n)) for n in graph.node)
 
 
 def _short(ep: str) -> str:

@@ -49,21 +49,28 @@ def profiled_session(runner: Runner, model: onnx.ModelProto | bytes, prefix: Pat
     return runner.ort.InferenceSession(data, so, providers=runner.providers())
 
 
-def kernel_times(events: list[dict], keep: Callable[[int], bool]) -> dict[str, list[float]]:
+def kernel_times(events: list[dict], keep: Callable[[int], bool],
+                 cost_s: float = 0.0) -> dict[str, list[float]]:
     """Seconds of each node's ``_kernel_time`` events, summed per run, in the runs whose
-    index ``keep`` accepts.  Runs are told apart by the profiler's ``model_run`` events."""
+    index ``keep`` accepts, each less ``cost_s`` for itself and for every kernel event
+    nested in it (an If, Loop or Scan's event holds its subgraph's).  Runs are told apart
+    by the profiler's ``model_run`` events."""
     starts = sorted(e["ts"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
+    kernels = sorted((e for e in events if e.get("cat") == "Node"
+                      and e.get("name", "").endswith("_kernel_time")), key=lambda e: e["ts"])
+    begins = [e["ts"] for e in kernels]
     per: dict[str, dict[int, float]] = {}
-    for e in events:
-        name = e.get("name", "")
-        if e.get("cat") != "Node" or not name.endswith("_kernel_time"):
-            continue
+    for i, e in enumerate(kernels):
         run = bisect.bisect_right(starts, e["ts"]) - 1
         if not keep(run):
             continue
-        runs = per.setdefault(name[: -len("_kernel_time")], {})
+        end = e["ts"] + e["dur"]
+        nested = sum(1 for k in kernels[i + 1:bisect.bisect_left(begins, end)]
+                     if k["ts"] + k["dur"] <= end) if e["dur"] else 0
+        runs = per.setdefault(e["name"][: -len("_kernel_time")], {})
         runs[run] = runs.get(run, 0) + e["dur"]  # whole microseconds
-    return {n: [us / 1e6 for us in r.values()] for n, r in per.items()}
+        runs[run] -= cost_s * 1e6 * (1 + nested)
+    return {n: [max(us, 0.0) / 1e6 for us in r.values()] for n, r in per.items()}
 
 
 def typical(samples: np.ndarray) -> float:
@@ -154,13 +161,13 @@ def time_in_graph(runner: Runner, model: onnx.ModelProto, feeds: Mapping[str, ob
             if progress is not None:
                 progress(k, n)
         events = _read(sess)
-    samples = kernel_times(events, kept.__contains__)
+    samples = kernel_times(events, kept.__contains__, cost_s)
     out: dict[str, NodeTiming] = {}
     for name in names:
         got = samples.get(name)
         if not got:
             continue
-        s = np.maximum(np.array(got) - cost_s, 0.0)
+        s = np.array(got)
         p10, p90 = np.percentile(s, [10, 90])
         out[name] = NodeTiming("", True, _ms(typical(s)), _ms(p10), _ms(p90))
     return out, Timing.of(np.concatenate(whole)), n
