@@ -33,6 +33,7 @@ from ..errors import SolveError, TooManyIdeals
 from ..plan import Plan, gap_of
 from ..workload import Workload
 from . import evaluate, lattice, preprocess
+from .bounds import max_load_lower_bound
 
 # back-link kinds
 _NONE, _ACC, _CPU, _SKIP_ACC, _SKIP_CPU = 0, 1, 2, 3, 4
@@ -418,7 +419,7 @@ def solve(workload: Workload, linear_only: bool = False,
     if problems:
         raise SolveError("internal error: DP plan is invalid: " + problems[0])
     status = "optimal" if proven else ("time_limit" if timed_out else "feasible")
-    bound = scored if proven else min(scored, evaluate.work_lower_bound(workload))
+    bound = scored if proven else min(scored, max_load_lower_bound(workload))
     return Plan("throughput", method, status, scored, assignment,
                 lower_bound=bound, gap=gap_of(scored, bound),
                 seconds=time.perf_counter() - start, stages=stages,

@@ -102,21 +102,6 @@ def max_load(workload: Workload, assignment: dict[int, str]) -> Score:
     return Score(max(loads.values(), default=0.0), loads)
 
 
-def work_lower_bound(workload: Workload) -> float:
-    """A max load no plan beats: every node costs at least its cheaper allowed latency on
-    some device, so the largest such cost and the average over all devices are bounds
-    (transfers only add).  What a heuristic's plan is measured against."""
-    devices = workload.num_accelerators + workload.num_cpus
-    if devices == 0 or workload.n == 0:
-        return 0.0
-    cheapest = workload.cpu_latency.copy() if workload.num_cpus else np.full(workload.n, np.inf)
-    if workload.num_accelerators:
-        acc = np.where(workload.supported, workload.acc_latency, np.inf)
-        cheapest = np.minimum(cheapest, acc)
-    cheapest = cheapest[np.isfinite(cheapest)]
-    return float(max(cheapest.max(initial=0.0), cheapest.sum() / devices))
-
-
 def pass_loads(workload: Workload, assignment: dict[int, str], backward: bool) -> dict[str, float]:
     """Loads of the forward (or backward) pass alone: its nodes and the tensors they produce.
 

@@ -15,6 +15,8 @@ What makes it tractable on open-source solvers, none of it changing the optimum:
 * **symmetry breaking** -- identical accelerators (and identical CPU cores) are ordered:
   class i may use device d only if device d-1 holds a class before i;
 * **warm start** -- the DP's plan (or any plan), relabelled to fit that order;
+* **a packing bound** (``bounds``) as the floor of T, which the LP relaxation cannot
+  see on a few large classes;
 * **a time limit** that returns the best plan found with the solver's proven lower bound.
 
 The plan returned is re-scored by the evaluator; its value is the evaluator's.
@@ -31,6 +33,7 @@ from ..errors import OnnxsplitError, SolveError, SplitError
 from ..plan import Plan, gap_of
 from ..workload import Workload
 from . import evaluate
+from .bounds import packing_bound
 
 SOLVERS = ("highs", "cbc")
 
@@ -88,7 +91,7 @@ def build_classes(w: Workload) -> Classes:
 
 def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: bool = False,
                      time_limit: float = 60.0, solver: str = "highs", warm_start: dict[int, str] | None = None,
-                     gap: float = 0.01, threads: int | None = None, verbose: bool = False) -> Plan:
+                     gap: float = 0.001, threads: int | None = None, verbose: bool = False) -> Plan:
     """Min max-load by integer programming; returns the best plan with its proven bound."""
     import mip
 
@@ -134,7 +137,10 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
         lat = cl.cpu_bwd if backward else cl.cpu_fwd
         return mip.xsum(lat[g] * x[g, d] for g in range(cl.n))
 
-    T = model.add_var(lb=0.0)
+    # a packing bound the LP relaxation cannot see (bounds.py): T starts there
+    floor = 0.0 if split_passes else packing_bound(
+        np.where(cl.supported, cl.acc_fwd + cl.acc_bwd, np.inf), cl.cpu_fwd + cl.cpu_bwd, k, l)
+    T = model.add_var(lb=floor if np.isfinite(floor) else 0.0)
     if split_passes:
         tf, tb = model.add_var(lb=0.0), model.add_var(lb=0.0)
         for d in range(k + l):
@@ -168,6 +174,8 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     else:
         value = evaluate.max_load(w, assignment).value
     lb = _finite(bound)
+    if np.isfinite(floor) and floor > 0:
+        lb = max(lb or 0.0, floor)
     if lb is not None:
         lb = min(lb, value)
     g = gap_of(value, lb)

@@ -1,0 +1,102 @@
+"""Lower bounds on the max load that need no solver.
+
+The integer program's LP relaxation spreads work evenly over the devices, so its bound
+starts at the average work and, on workloads whose colour classes are few and large (a
+layer-level BERT: 24 layers of similar cost on 6 accelerators), branch and bound never
+lifts it: 13.2 against an optimum near 17.7.  A packing argument does what the LP cannot:
+if some number of the largest classes cannot all fit on the CPUs, some accelerator holds
+several of them, and its load is at least the sum of the smallest of those.
+
+Both bounds ignore transfers and memory (they only add load or remove plans), so they hold
+for every plan, contiguous or not.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import numpy as np
+
+from ..workload import Workload
+
+_STEPS = 50  # bisection steps for the packing bound (relative precision ~1e-15)
+
+
+def max_load_lower_bound(w: Workload) -> float:
+    """The larger of :func:`work_bound` and :func:`packing_bound`: no plan's max load
+    (forward plus backward on one device) is below it."""
+    from .ip import build_classes
+
+    cl = build_classes(w)
+    acc = np.where(cl.supported, cl.acc_fwd + cl.acc_bwd, np.inf)
+    cpu = cl.cpu_fwd + cl.cpu_bwd
+    return packing_bound(acc, cpu, w.num_accelerators, w.num_cpus)
+
+
+def work_bound(acc: np.ndarray, cpu: np.ndarray, k: int, l: int) -> float:
+    """Every unit costs at least its cheaper device's time: the largest such cost and the
+    average over all devices are bounds."""
+    cheapest = np.minimum(acc if k else np.full(len(cpu), np.inf),
+                          cpu if l else np.full(len(acc), np.inf))
+    if not len(cheapest) or not (k + l):
+        return 0.0
+    return float(max(cheapest.max(), cheapest.sum() / (k + l)))
+
+
+def packing_bound(acc: np.ndarray, cpu: np.ndarray, k: int, l: int) -> float:
+    """The least T for which :func:`could_fit` holds, at least :func:`work_bound`, for
+    units (colour classes) costing ``acc`` on each of ``k`` accelerators (inf where not
+    supported) and ``cpu`` on each of ``l`` CPUs."""
+    lo = work_bound(acc, cpu, k, l)
+    if not np.isfinite(lo) or k == 0 or could_fit(acc, cpu, k, l, lo):
+        return lo
+    hi = max(lo, 1e-12)
+    while not could_fit(acc, cpu, k, l, hi):  # every unit on its cheaper device fits
+        hi *= 2
+    for _ in range(_STEPS):
+        mid = (lo + hi) / 2
+        if could_fit(acc, cpu, k, l, mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+def could_fit(acc: np.ndarray, cpu: np.ndarray, k: int, l: int, T: float) -> bool:
+    """False when no plan has max load <= T, by counting: the units only a CPU runs take
+    CPU time first; then for each s, of the s units largest on an accelerator the CPUs
+    can take at most r (the r cheapest on a CPU fit in the CPU time left), so some
+    accelerator holds m = ceil((s - r) / k) of them, costing at least the m smallest."""
+    eps = 1e-9 * max(T, 1.0)
+    only_cpu = ~np.isfinite(acc)
+    if np.any(np.minimum(acc, cpu if l else np.inf) > T + eps):
+        return False
+    cpu_left = l * T - float(cpu[only_cpu].sum())
+    if cpu_left < -eps:
+        return False
+    a = acc[~only_cpu]
+    c = cpu[~only_cpu] if l else np.full(len(a), np.inf)
+    order = np.argsort(-a, kind="stable")
+    a, c = a[order], c[order]
+    prefix = np.concatenate([[0.0], np.cumsum(a)])
+    cheapest_cpu: list[float] = []  # CPU costs of the units so far that fit one CPU, sorted
+    for s in range(1, len(a) + 1):
+        if c[s - 1] <= T + eps:
+            bisect.insort(cheapest_cpu, float(c[s - 1]))
+        r = _fitting(cheapest_cpu, cpu_left + eps)
+        m = math.ceil((s - r) / k)
+        if m >= 2 and prefix[s] - prefix[s - m] > T + eps:
+            return False
+    return True
+
+
+def _fitting(sorted_costs: list[float], budget: float) -> int:
+    """How many of the cheapest costs fit in ``budget`` together."""
+    total, n = 0.0, 0
+    for x in sorted_costs:
+        total += x
+        if total > budget:
+            break
+        n += 1
+    return n
