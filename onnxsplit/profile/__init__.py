@@ -179,13 +179,11 @@ def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, w
                 bar.update(k)
 
             try:
-                timed, whole_t, runs = ingraph.time_in_graph(
-                    runner, model, feeds, [n.name for n in graph.nodes], warmup=warmup,
+                nodes, whole_t, runs = ingraph.time_in_graph(
+                    runner, model, feeds, {n.name: n.op_type for n in graph.nodes}, warmup=warmup,
                     repeats=repeats, cost_s=cost, whole_run=whole_run, progress=step)
             finally:
                 bar.close()
-            nodes = {n.name: NodeTiming(n.op_type, True, t.median_ms, t.p10_ms, t.p90_ms)
-                     for n in graph.nodes if (t := timed.get(n.name)) is not None}
             settings.update(runs=runs, profiler_cost_ms=round(cost * 1e3, 6))
             missing = [n.name for n in graph.nodes if n.name not in nodes]
             if missing:  # no event (onnxruntime ran them otherwise): timed alone

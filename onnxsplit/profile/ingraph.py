@@ -29,24 +29,13 @@ from typing import Callable, Mapping
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
 
-from .measure import Runner, Timing, sample, session_options
+from .measure import CHAIN, Runner, Timing, relu_chain, sample
 from .store import NodeTiming
 
 BURST_S = 0.01  # a fast model runs in bursts this long, so its caches are warm as in serving
 TARGET_S = 0.25  # a fast model gets as many runs as fit in this (up to 20x repeats) ...
 BUDGET_S = 60.0  # ... and a slow one no more than fit in this (at least 3)
-_CHAIN = 32
-
-
-def profiled_session(runner: Runner, model: onnx.ModelProto | bytes, prefix: Path):
-    """A session like ``runner.session`` with onnxruntime's profiler writing to ``prefix``."""
-    data = model if isinstance(model, bytes) else model.SerializeToString()
-    so = session_options(runner.threads, runner.base_dir)
-    so.enable_profiling = True
-    so.profile_file_prefix = str(prefix)
-    return runner.ort.InferenceSession(data, so, providers=runner.providers())
 
 
 def kernel_times(events: list[dict], keep: Callable[[int], bool],
@@ -86,14 +75,9 @@ def profiler_cost(runner: Runner, per_node_s: float, warmup: int, runs: int = 10
     """Seconds the profiler adds to each ``_kernel_time`` event: a 1-element Relu's event
     less that Relu's cost inside an unprofiled graph (``per_node_s``, from
     ``Runner.overheads``)."""
-    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"r{i}") for i in range(_CHAIN)]
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [1])],
-                          [helper.make_tensor_value_info(f"t{_CHAIN}", TensorProto.FLOAT, [1])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
     with tempfile.TemporaryDirectory(prefix="onnxsplit-prof") as tmp:
         try:
-            sess = profiled_session(runner, m, Path(tmp) / "chain")
+            sess = runner.session(relu_chain(CHAIN), profile_prefix=Path(tmp) / "chain")
         except Exception:
             return 0.0
         run = runner.bind(sess, {"t0": np.ones((1,), dtype=np.float32)})
@@ -126,17 +110,17 @@ def plan_runs(first_s: float, repeats: int) -> tuple[int, int]:
 
 
 def time_in_graph(runner: Runner, model: onnx.ModelProto, feeds: Mapping[str, object],
-                  names: list[str], *, warmup: int, repeats: int, cost_s: float,
+                  op_types: Mapping[str, str], *, warmup: int, repeats: int, cost_s: float,
                   whole_run: Callable[[], object],
                   progress: Callable[[int, int], None] | None = None
                   ) -> tuple[dict[str, NodeTiming], Timing, int]:
-    """Every node of ``names`` timed inside profiled whole-model runs, less ``cost_s``
+    """Every node of ``op_types`` (name -> op type) timed inside profiled whole-model runs, less ``cost_s``
     (:func:`profiler_cost`); and the whole model's unprofiled ``whole_run`` timed in bursts
     between them.  Returns (timings of the nodes that reported events, whole-model timing,
     profiled runs); a node without events is left out for the caller to time otherwise.
     ``progress(k, total)`` after each burst of ``k`` runs."""
     with tempfile.TemporaryDirectory(prefix="onnxsplit-prof") as tmp:
-        sess = profiled_session(runner, model, Path(tmp) / "model")
+        sess = runner.session(model, profile_prefix=Path(tmp) / "model")
         run = runner.bind(sess, feeds)
         for _ in range(max(warmup, 1)):
             whole_run()
@@ -163,13 +147,13 @@ def time_in_graph(runner: Runner, model: onnx.ModelProto, feeds: Mapping[str, ob
         events = _read(sess)
     samples = kernel_times(events, kept.__contains__, cost_s)
     out: dict[str, NodeTiming] = {}
-    for name in names:
+    for name, op_type in op_types.items():
         got = samples.get(name)
         if not got:
             continue
         s = np.array(got)
         p10, p90 = np.percentile(s, [10, 90])
-        out[name] = NodeTiming("", True, _ms(typical(s)), _ms(p10), _ms(p90))
+        out[name] = NodeTiming(op_type, True, _ms(typical(s)), _ms(p10), _ms(p90))
     return out, Timing.of(np.concatenate(whole)), n
 
 

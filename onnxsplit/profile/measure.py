@@ -44,7 +44,7 @@ from .store import NodeTiming
 
 _SMALL_VALUE_ELEMS = 64  # integer inputs this small are part of a node's identity (shapes)
 _FAST_S = 1e-3  # nodes faster than this get extra timed runs: they are cheap and noisy
-_CHAIN = 32  # nodes in the chain that measures the per-node overhead inside a graph
+CHAIN = 32  # nodes in the chain that measures the per-node overhead inside a graph
 NODE_BUDGET_S = 5.0  # a node slower than this over all its runs gets fewer (at least 3)
 
 
@@ -240,9 +240,14 @@ class Runner:
         first = (self.ep, self.options) if self.options else self.ep
         return [first] if self.ep == devices.CPU_EP else [first, devices.CPU_EP]
 
-    def session(self, proto: onnx.ModelProto | bytes):
+    def session(self, proto: onnx.ModelProto | bytes, profile_prefix: str | Path | None = None):
+        """A session on this EP; with ``profile_prefix``, onnxruntime's profiler on, writing
+        its events there (``ingraph``)."""
         data = proto if isinstance(proto, bytes) else proto.SerializeToString()
         so = session_options(self.threads, self.base_dir, record=self.ep != devices.CPU_EP)
+        if profile_prefix is not None:
+            so.enable_profiling = True
+            so.profile_file_prefix = str(profile_prefix)
         return self.ort.InferenceSession(data, so, providers=self.providers())
 
     def assigned_elsewhere(self, sess, names: Iterable[str] | None = None) -> list[str]:
@@ -302,24 +307,30 @@ class Runner:
 
     def overheads(self, warmup: int, repeats: int) -> tuple[float, float]:
         """(cost of one ``run`` call of a one-node model, cost of one more node in a graph),
-        in seconds, from chains of 1 and ``_CHAIN`` Relu nodes on a 1-element tensor."""
+        in seconds, from chains of 1 and ``CHAIN`` Relu nodes on a 1-element tensor."""
         x = np.ones((1,), dtype=np.float32)
         times = []
-        for n in (1, _CHAIN):
-            nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"r{i}") for i in range(n)]
-            g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [1])],
-                                  [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [1])])
-            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-            m.ir_version = 8
+        for n in (1, CHAIN):
             try:
-                sess = self.session(m)
+                sess = self.session(relu_chain(n))
             except Exception:
                 return 0.0, 0.0
             reps = max(repeats, 50)
             times.append(min(self.time(sess, {"t0": x}, warmup, reps).median for _ in range(3)))
         call = times[0]
-        per_node = max((times[1] - times[0]) / (_CHAIN - 1), 0.0)
+        per_node = max((times[1] - times[0]) / (CHAIN - 1), 0.0)
         return call, per_node
+
+
+def relu_chain(n: int) -> onnx.ModelProto:
+    """``n`` Relu nodes in a row on a 1-element tensor ``t0``: nodes that cost only what
+    running a node costs."""
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"r{i}") for i in range(n)]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
 
 
 def sample(run: Callable[[], object], n: int) -> np.ndarray:

@@ -28,10 +28,7 @@ def max_load_lower_bound(w: Workload) -> float:
     (forward plus backward on one device) is below it."""
     from .ip import build_classes
 
-    cl = build_classes(w)
-    acc = np.where(cl.supported, cl.acc_fwd + cl.acc_bwd, np.inf)
-    cpu = cl.cpu_fwd + cl.cpu_bwd
-    return packing_bound(acc, cpu, w.num_accelerators, w.num_cpus)
+    return packing_bound(*build_classes(w).device_costs(), w.num_accelerators, w.num_cpus)
 
 
 def work_bound(acc: np.ndarray, cpu: np.ndarray, k: int, l: int) -> float:

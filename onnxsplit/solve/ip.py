@@ -55,6 +55,12 @@ class Classes:
     def n(self) -> int:
         return len(self.size)
 
+    def device_costs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(each class's forward + backward time on an accelerator, inf where unsupported;
+        the same on a CPU)."""
+        return (np.where(self.supported, self.acc_fwd + self.acc_bwd, np.inf),
+                self.cpu_fwd + self.cpu_bwd)
+
 
 def build_classes(w: Workload) -> Classes:
     order_pos = np.empty(w.n, dtype=np.int64)
@@ -138,8 +144,7 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
         return mip.xsum(lat[g] * x[g, d] for g in range(cl.n))
 
     # a packing bound the LP relaxation cannot see (bounds.py): T starts there
-    floor = 0.0 if split_passes else packing_bound(
-        np.where(cl.supported, cl.acc_fwd + cl.acc_bwd, np.inf), cl.cpu_fwd + cl.cpu_bwd, k, l)
+    floor = 0.0 if split_passes else packing_bound(*cl.device_costs(), k, l)
     T = model.add_var(lb=floor if np.isfinite(floor) else 0.0)
     if split_passes:
         tf, tb = model.add_var(lb=0.0), model.add_var(lb=0.0)
