@@ -14,6 +14,7 @@ METHODS = {
     "dp": ("throughput",),
     "dp_linear": ("throughput",),
     "ip": ("throughput", "latency"),
+    "latency_dp": ("latency",),
     # baselines (onnxsplit/solve/baselines.py): the paper's, and what users get today
     "greedy": ("latency", "throughput"),
     "local_search": ("throughput",),
@@ -64,6 +65,10 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
         return baselines.solve(workload, method, objective, seed=seed, restarts=restarts, split=split)
     from .solve import dp
 
+    if method == "latency_dp":
+        from .solve import segments
+
+        return segments.sequence_split(workload)
     if method in ("dp", "dp_linear"):
         return dp.solve(workload, linear_only=(method == "dp_linear"), time_limit=time_limit)
     from .solve import ip
@@ -79,8 +84,8 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
 # Warm starts come from methods that take seconds at most on any graph; the exact DP is
 # not among them (a real operator graph can have millions of ideals).
 QUICK_THROUGHPUT = (("dp_linear", "throughput"), ("local_search", "throughput"))
-QUICK_LATENCY = (("greedy", "latency"), ("hetero_greedy", "latency"), ("dp_linear", "throughput"),
-                 ("pipedream", "throughput"))
+QUICK_LATENCY = (("latency_dp", "latency"), ("greedy", "latency"), ("hetero_greedy", "latency"),
+                 ("dp_linear", "throughput"), ("pipedream", "throughput"))
 
 
 def _best_quick_plan(workload: Workload, candidates, objective: str) -> dict[int, str] | None:
@@ -105,8 +110,8 @@ def _throughput_warm_start(workload: Workload) -> dict[int, str] | None:
 
 
 def _latency_warm_start(workload: Workload) -> dict[int, str] | None:
-    """The best valid latency among the paper's greedy, HETERO's greedy, and the splits
-    of the linearized max-load DP and PipeDream."""
+    """The best valid latency among the latency DP over topological orders, the paper's
+    greedy, HETERO's greedy, and the splits of the linearized max-load DP and PipeDream."""
     return _best_quick_plan(workload, QUICK_LATENCY, "latency")
 
 

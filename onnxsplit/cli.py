@@ -54,7 +54,7 @@ examples:
 COMMANDS = ("split", "export", "run", "solve", "compare", "evaluate", "profile", "workload",
             "devices")
 
-METHOD_CHOICES = ["dp", "dp_linear", "ip", "greedy", "local_search", "pipedream", "scotch", "metis", "one_accelerator",
+METHOD_CHOICES = ["dp", "dp_linear", "ip", "latency_dp", "greedy", "local_search", "pipedream", "scotch", "metis", "one_accelerator",
                   "all_cpu", "given", "ort_default", "hetero_greedy"]
 
 
@@ -74,7 +74,9 @@ def _parser() -> argparse.ArgumentParser:
                         "latency: minimise one sample's end-to-end time (default: throughput)")
     s.add_argument("--method", default="dp", choices=METHOD_CHOICES, metavar="METHOD",
                    help="dp: exact DP over ideals (optimal contiguous pipeline); "
-                        "dp_linear: the same DP along a few topological orders (fast upper bound). "
+                        "dp_linear: the same DP along a few topological orders (fast upper bound); "
+                        "ip: integer program (both objectives); "
+                        "latency_dp: latency, a topological order cut into accelerator calls and CPU runs. "
                         "Baselines: greedy (the paper's latency greedy), local_search, pipedream, "
                         "scotch, metis, one_accelerator, all_cpu, given (--split FILE), "
                         "ort_default (ONNX Runtime: supported nodes on one accelerator, the rest on CPU), "

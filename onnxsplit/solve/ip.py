@@ -34,6 +34,7 @@ from ..plan import Plan, gap_of
 from ..workload import Workload
 from . import evaluate
 from .bounds import packing_bound
+from .segments import latency_lower_bound
 
 SOLVERS = ("highs", "cbc")
 
@@ -98,97 +99,178 @@ def build_classes(w: Workload) -> Classes:
 def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: bool = False,
                      time_limit: float = 60.0, solver: str = "highs", warm_start: dict[int, str] | None = None,
                      gap: float = 0.001, threads: int | None = None, verbose: bool = False) -> Plan:
-    """Min max-load by integer programming; returns the best plan with its proven bound."""
-    import mip
+    """Min max-load by integer programming; returns the best plan with its proven bound.
 
+    Two phases share ``time_limit``.  First (at most TRANSFER_FREE_SHARE of it) the same
+    program without transfers: far smaller, it is often solved outright, and its bound
+    holds for the full program (transfers only add load) -- on layer graphs, whose
+    transfers are small, it is most of the proof.  Its plan, scored with transfers, is a
+    second warm start.  Then the full program, with T at least that bound.
+    """
     start = time.perf_counter()
     cl = build_classes(w)
-    k, l = w.num_accelerators, w.num_cpus
-    accs, cpus = range(k), range(k, k + l)
-    model = _new_model(solver, gap, verbose)
-    if threads:
-        model.threads = threads
 
-    x: dict[tuple[int, int], mip.Var] = {}
-    for g in range(cl.n):
-        for d in list(cpus) + (list(accs) if cl.supported[g] else []):
-            x[g, d] = model.add_var(var_type=mip.BINARY)
-    for g in range(cl.n):
-        model += mip.xsum(x[g, d] for d in range(k + l) if (g, d) in x) == 1
-    for d in accs:
-        model += mip.xsum(cl.size[g] * x[g, d] for g in range(cl.n) if (g, d) in x) <= w.accelerator_memory
-    _break_symmetry(model, x, cl.n, accs)
-    _break_symmetry(model, x, cl.n, cpus)
-
-    def xv(g, d):
-        return x.get((g, d), 0)
-
-    # communication: y[h, d] >= |x[member, d] - x[source, d]| (only accelerators pay)
-    comm = {(d, b): [] for d in accs for b in (False, True)}
-    for src, members, weight, backward in cl.hyper:
-        for d in accs:
-            if all((m, d) not in x for m in members):
-                continue
-            y = model.add_var(lb=0.0, ub=1.0)
-            for m in members:
-                if m != src:
-                    model += y >= xv(m, d) - xv(src, d)
-                    model += y >= xv(src, d) - xv(m, d)
-            comm[d, backward].append(weight * y)
-
-    def load(d, backward: bool):
-        if d < k:
-            lat = cl.acc_bwd if backward else cl.acc_fwd
-            return mip.xsum(lat[g] * x[g, d] for g in range(cl.n) if (g, d) in x) + mip.xsum(comm[d, backward])
-        lat = cl.cpu_bwd if backward else cl.cpu_fwd
-        return mip.xsum(lat[g] * x[g, d] for g in range(cl.n))
+    def left():
+        return time_limit - (time.perf_counter() - start)
 
     # a packing bound the LP relaxation cannot see (bounds.py): T starts there
-    floor = 0.0 if split_passes else packing_bound(*cl.device_costs(), k, l)
-    T = model.add_var(lb=floor if np.isfinite(floor) else 0.0)
-    if split_passes:
-        tf, tb = model.add_var(lb=0.0), model.add_var(lb=0.0)
-        for d in range(k + l):
-            model += tf >= load(d, False)
-            model += tb >= load(d, True)
-        model += T == tf + tb
-    else:
-        for d in range(k + l):
-            model += T >= load(d, False) + load(d, True)
-    if contiguous:
-        _add_contiguity(model, w, cl, x, k + l)
-    model.objective = T
-
-    if warm_start:
-        model.start = _start(cl, warm_start, w, x)
-    status = model.optimize(max_seconds=max(1.0, time_limit - (time.perf_counter() - start)))
-    bound = model.objective_bound if model.objective_bound is not None else None
-    seconds = time.perf_counter() - start
+    floor = 0.0 if split_passes else packing_bound(*cl.device_costs(), w.num_accelerators, w.num_cpus)
+    floor = floor if np.isfinite(floor) else 0.0
+    opts = dict(contiguous=contiguous, split_passes=split_passes, solver=solver, threads=threads,
+                verbose=verbose)
+    best_start, best_value = _scored_start(w, warm_start, contiguous, split_passes)
+    relaxed_bound = None
+    if cl.hyper and w.num_accelerators:
+        relaxed = _ThroughputIP(w, cl, transfers=False, floor=floor, gap=min(gap, TRANSFER_FREE_GAP), **opts)
+        if best_start is not None:
+            relaxed.warm(best_start)
+        relaxed.optimize(left() * TRANSFER_FREE_SHARE)
+        relaxed_bound = relaxed.bound()
+        if relaxed_bound is not None:
+            floor = max(floor, relaxed_bound)
+        candidate = relaxed.assignment()
+        if candidate is not None:
+            value = _scored_start(w, candidate, contiguous, split_passes)[1]
+            if value < best_value:
+                best_start, best_value = candidate, value
+    details = {"solver": solver, "objective_form": "max fwd + max bwd" if split_passes else "max load",
+               "classes": cl.n, "hyperedges": len(cl.hyper), "contiguous": contiguous,
+               "transfer_free_bound": relaxed_bound}
     method = "ip_contiguous" if contiguous else "ip"
-    objective_label = "max fwd + max bwd" if split_passes else "max load"
-    if model.num_solutions == 0:
+    if best_start is not None and gap_of(best_value, floor) is not None and gap_of(best_value, floor) <= gap:
+        # the transfer-free bound already proves the best start within the gap
+        return _throughput_plan(w, best_start, best_value, floor, contiguous, split_passes, True,
+                                method, time.perf_counter() - start, details)
+    full = _ThroughputIP(w, cl, transfers=True, floor=floor, gap=gap, **opts)
+    if best_start is not None:
+        full.warm(best_start)
+    status = full.optimize(max(1.0, left()))
+    seconds = time.perf_counter() - start
+    details["ip_objective"] = full.model.objective_value if full.model.num_solutions else None
+    assignment = full.assignment()
+    if assignment is None:
+        assignment = best_start
+    if assignment is None:
+        import mip
+
         st = "infeasible" if status == mip.OptimizationStatus.INFEASIBLE else "time_limit"
-        return Plan("throughput", method, st, None, {}, lower_bound=_finite(bound), seconds=seconds,
-                    details={"solver": solver, "objective_form": objective_label})
-    assignment = _assignment(w, cl, x, k + l)
+        return Plan("throughput", method, st, None, {}, lower_bound=full.bound(), seconds=seconds, details=details)
+    value = _scored_start(w, assignment, contiguous, split_passes)[1]
+    if value > best_value:  # the solver's incumbent is never worse than its start; be safe
+        assignment, value = best_start, best_value
+    lb = max(full.bound() or 0.0, floor)
+    import mip
+
+    return _throughput_plan(w, assignment, value, lb, contiguous, split_passes,
+                            status == mip.OptimizationStatus.OPTIMAL, method, seconds, details)
+
+
+TRANSFER_FREE_SHARE = 0.3  # of the time limit, at most, for the transfer-free phase
+TRANSFER_FREE_GAP = 1e-4
+
+
+def _throughput_plan(w: Workload, assignment, value: float, lb: float, contiguous: bool,
+                     split_passes: bool, solved: bool, method: str, seconds: float, details: dict) -> Plan:
+    """The plan, checked by the evaluator, with its proven bound and gap."""
     problems = evaluate.check(w, assignment, contiguity="convex" if contiguous else "none")
     if problems:
         raise SolveError(f"internal error: IP plan is invalid: {problems[0]}")
-    if split_passes:
-        value = _split_pass_value(w, assignment)
-    else:
-        value = evaluate.max_load(w, assignment).value
-    lb = _finite(bound)
-    if np.isfinite(floor) and floor > 0:
-        lb = max(lb or 0.0, floor)
-    if lb is not None:
-        lb = min(lb, value)
+    lb = min(lb, value) if lb > 0 else None
     g = gap_of(value, lb)
-    return Plan("throughput", method, _status_label(status, g), value, assignment, lower_bound=lb, gap=g,
-                seconds=seconds,
-                details={"solver": solver, "objective_form": objective_label,
-                         "ip_objective": model.objective_value, "classes": cl.n,
-                         "hyperedges": len(cl.hyper), "contiguous": contiguous})
+    if solved or (g is not None and g <= 1e-6):
+        label = "optimal" if g is not None and g <= 1e-6 else "feasible"
+    else:
+        label = "time_limit"
+    return Plan("throughput", method, label, value, assignment, lower_bound=lb, gap=g, seconds=seconds,
+                details=details)
+
+
+def _scored_start(w: Workload, assignment: dict[int, str] | None, contiguous: bool,
+                  split_passes: bool) -> tuple[dict[int, str] | None, float]:
+    """(the plan, its objective value) if it is valid for this program, else (None, inf)."""
+    if not assignment or evaluate.check(w, assignment, contiguity="convex" if contiguous else "none"):
+        return None, float("inf")
+    if split_passes:
+        return assignment, _split_pass_value(w, assignment)
+    return assignment, evaluate.max_load(w, assignment).value
+
+
+class _ThroughputIP:
+    """The max-load program on one backend; ``transfers=False`` leaves out the hyperedge
+    cut (a relaxation: every plan's load is at least its work)."""
+
+    def __init__(self, w: Workload, cl: Classes, *, transfers: bool, floor: float, contiguous: bool,
+                 split_passes: bool, solver: str, gap: float, threads: int | None, verbose: bool):
+        import mip
+
+        self.w, self.cl = w, cl
+        k, l = w.num_accelerators, w.num_cpus
+        accs, cpus = range(k), range(k, k + l)
+        self.model = model = _new_model(solver, gap, verbose)
+        if threads:
+            model.threads = threads
+        self.x = x = {}
+        for g in range(cl.n):
+            for d in list(cpus) + (list(accs) if cl.supported[g] else []):
+                x[g, d] = model.add_var(var_type=mip.BINARY)
+        for g in range(cl.n):
+            model += mip.xsum(x[g, d] for d in range(k + l) if (g, d) in x) == 1
+        for d in accs:
+            model += mip.xsum(cl.size[g] * x[g, d] for g in range(cl.n) if (g, d) in x) <= w.accelerator_memory
+        _break_symmetry(model, x, cl.n, accs)
+        _break_symmetry(model, x, cl.n, cpus)
+
+        def xv(g, d):
+            return x.get((g, d), 0)
+
+        # communication: y[h, d] >= |x[member, d] - x[source, d]| (only accelerators pay)
+        comm = {(d, b): [] for d in accs for b in (False, True)}
+        for src, members, weight, backward in (cl.hyper if transfers else ()):
+            for d in accs:
+                if all((m, d) not in x for m in members):
+                    continue
+                y = model.add_var(lb=0.0, ub=1.0)
+                for m in members:
+                    if m != src:
+                        model += y >= xv(m, d) - xv(src, d)
+                        model += y >= xv(src, d) - xv(m, d)
+                comm[d, backward].append(weight * y)
+
+        def load(d, backward: bool):
+            if d < k:
+                lat = cl.acc_bwd if backward else cl.acc_fwd
+                return (mip.xsum(lat[g] * x[g, d] for g in range(cl.n) if (g, d) in x)
+                        + mip.xsum(comm[d, backward]))
+            lat = cl.cpu_bwd if backward else cl.cpu_fwd
+            return mip.xsum(lat[g] * x[g, d] for g in range(cl.n))
+
+        self.T = T = model.add_var(lb=floor)
+        if split_passes:
+            tf, tb = model.add_var(lb=0.0), model.add_var(lb=0.0)
+            for d in range(k + l):
+                model += tf >= load(d, False)
+                model += tb >= load(d, True)
+            model += T == tf + tb
+        else:
+            for d in range(k + l):
+                model += T >= load(d, False) + load(d, True)
+        if contiguous:
+            _add_contiguity(model, w, cl, x, k + l)
+        model.objective = T
+
+    def warm(self, assignment: dict[int, str]) -> None:
+        self.model.start = _start(self.cl, assignment, self.w, self.x)
+
+    def optimize(self, seconds: float):
+        return self.model.optimize(max_seconds=max(1.0, seconds))
+
+    def bound(self) -> float | None:
+        return _finite(self.model.objective_bound)
+
+    def assignment(self) -> dict[int, str] | None:
+        if self.model.num_solutions == 0:
+            return None
+        return _assignment(self.w, self.cl, self.x, self.w.num_accelerators + self.w.num_cpus)
 
 
 def _new_model(solver: str, gap: float, verbose: bool):
@@ -322,6 +404,19 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
                     details={"why": "a node runs on no device: no CPU core and it is not accelerator-supported"
                              if k else "no devices"})
     ub, start_plan = _latency_upper_bound(w, warm_start, pieces)
+    cheapest = np.minimum(w.cpu_latency if l > 0 else np.inf, np.where(w.supported, w.acc_latency, np.inf))
+    head = _head(w, cheapest)
+    # the LP relaxation does not see the memory limit forcing layers apart; the best cut
+    # of a few heavy paths does (segments.py), and bounds the objective from below
+    floor = max(float(head.max(initial=0.0)), latency_lower_bound(w, pieces))
+    details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub, "path_bound": floor}
+    if start_plan is not None and gap_of(ub, floor) is not None and gap_of(ub, floor) <= gap:
+        a, pc = start_plan  # the path bound already proves the warm start within the gap
+        value = evaluate.latency(w, a, pc).value
+        lb = min(floor, value)
+        g = gap_of(value, lb)
+        return Plan("latency", "ip", "optimal" if g <= 1e-6 else "feasible", value, a, lower_bound=lb, gap=g,
+                    seconds=time.perf_counter() - start_time, pieces=pc, details=details)
     model = _new_model(solver, gap, verbose)
     slots = [(d, p) for d in range(k) for p in range(pieces)]
     CPU = (-1, 0)
@@ -359,8 +454,6 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     # finish before it (a call's finish includes all its work, and its inputs come first);
     # it bounds lat[v] below and shrinks the big-M of "v finishes with its call".  (No
     # tail bound: lat[v] is its call's finish, which may already include v's successors.)
-    cheapest = np.minimum(w.cpu_latency if l > 0 else np.inf, np.where(w.supported, w.acc_latency, np.inf))
-    head = _head(w, cheapest)
     lat = [model.add_var(lb=float(head[v]), ub=max(float(head[v]), ub)) for v in range(n)]
     st = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
     fin = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
@@ -403,7 +496,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
                 if (v, (d, 0)) in x:
                     model += x[v, (d, 0)] <= mip.xsum(x[u, (d - 1, 0)] for u in range(n)
                                                       if pos[u] < pos[v] and (u, (d - 1, 0)) in x)
-    T = model.add_var(lb=float(head.max(initial=0.0)), ub=ub)
+    T = model.add_var(lb=min(floor, ub), ub=ub)
     for v in range(n):
         model += T >= lat[v]
     model.objective = T
@@ -414,7 +507,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     seconds = time.perf_counter() - start_time
     method = "ip"
     bound = _finite(model.objective_bound)
-    details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub}
+    bound = max(bound, floor) if bound is not None else floor
     if model.num_solutions == 0:
         if start_plan is not None:  # the solver kept nothing better than the warm start
             a, pc = start_plan

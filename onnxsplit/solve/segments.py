@@ -1,0 +1,241 @@
+"""Single-stream latency of a node sequence cut into consecutive segments.
+
+A sequence of nodes is cut into segments; each runs either as one accelerator call
+(incoming tensors, compute, outgoing tensors -- the latency model's call) or on the CPUs
+(the longest path through it), one segment after another.  :func:`cut_sequence` finds the
+best cut exactly, by a DP over (position, accelerator segments used).  Only edges between
+nodes of the sequence count.  The one DP serves two ends:
+
+* **a lower bound** (:func:`latency_lower_bound`): along any path of the graph, every
+  plan's calls meet the path in consecutive segments (calls are convex), one after
+  another, and each pays at least that segment's compute and the path's tensors that
+  enter or leave it -- the edges between path nodes, a residual block's skip edge
+  included.  So the best cut of a path, with each segment within one accelerator's
+  memory and at most ``k * pieces`` of them, is below every plan's latency.  It sees what
+  the solver's relaxation does not: the memory limit forcing a chain of layers apart.
+* **a plan** (:func:`sequence_split`): cut a whole topological order, each accelerator
+  taking one segment.  Running segments one after another is one schedule of the plan,
+  so the evaluator's latency is at most the DP's value.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numba import njit
+
+from ..errors import SolveError
+from ..plan import Plan
+from ..workload import Workload
+
+
+def cut_sequence(w: Workload, seq, slots: int, can_cut: np.ndarray | None = None):
+    """(least total time, segments as (start, end, on_accelerator)) for ``seq`` (node
+    indices, in an order every edge among them follows); at most ``slots`` accelerator
+    segments, each within one accelerator's memory and of supported nodes.  ``can_cut[i]``:
+    a segment may start at position i (default: anywhere).  Value inf if none is valid."""
+    seq = np.asarray(seq, dtype=np.int64)
+    L = len(seq)
+    pos = np.full(w.n, -1, dtype=np.int64)
+    pos[seq] = np.arange(L)
+    preds = [[int(pos[u]) for u in w.predecessors[v] if pos[u] >= 0] for v in seq]
+    ptr = np.zeros(L + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(p) for p in preds])
+    idx = np.array([p for ps in preds for p in ps], dtype=np.int64)
+    if idx.size and np.any(idx >= np.repeat(np.arange(L), np.diff(ptr))):
+        raise ValueError("the sequence is not in topological order")
+    last_succ = np.full(L, -1, dtype=np.int64)
+    for v_pos, ps in enumerate(preds):
+        for p in ps:
+            last_succ[p] = max(last_succ[p], v_pos)
+    if can_cut is None:
+        can_cut = np.ones(L, dtype=np.bool_)
+    cpu = w.cpu_latency[seq].astype(np.float64) if w.num_cpus else np.full(L, np.inf)  # no CPU: none on it
+    f, back_i, back_acc = _cut_kernel(
+        w.acc_latency[seq].astype(np.float64), cpu,
+        w.out_cost[seq].astype(np.float64), w.size[seq].astype(np.float64), w.supported[seq].astype(np.bool_),
+        np.asarray(can_cut, dtype=np.bool_), ptr, idx, last_succ, int(slots),
+        float(w.accelerator_memory) * (1 + 1e-12))
+    j = int(np.argmin(f[L]))
+    value = float(f[L, j])
+    if not np.isfinite(value):
+        return value, []
+    segments = []
+    e = L
+    while e > 0:
+        i, acc = int(back_i[e, j]), bool(back_acc[e, j])
+        segments.append((i, e, acc))
+        e, j = i, j - int(acc)
+    return value, segments[::-1]
+
+
+@njit(cache=True)
+def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, mem):
+    L = len(acc)
+    inf = np.inf
+    f = np.full((L + 1, slots + 1), inf)
+    f[0, 0] = 0.0
+    back_i = np.full((L + 1, slots + 1), -1, dtype=np.int64)
+    back_acc = np.zeros((L + 1, slots + 1), dtype=np.bool_)
+    longest = np.zeros(L)  # CPU: longest path into each node, within the segment
+    counted = np.full(L, -1, dtype=np.int64)  # sender already paid for the segment starting at i
+    leaving = np.zeros(L + 1)  # cost that stops leaving once the segment reaches a position
+    for i in range(L):
+        if not can_cut[i] or not np.isfinite(f[i].min()):
+            continue
+        leaving[:] = 0.0
+        incoming = work = used = out = cpu_path = 0.0
+        fits = True
+        for e in range(i, L):
+            into = 0.0
+            for t in range(ptr[e], ptr[e + 1]):
+                p = idx[t]
+                if p >= i:
+                    into = max(into, longest[p])
+                elif counted[p] != i:
+                    counted[p] = i
+                    incoming += cost[p]
+            longest[e] = cpu[e] + into
+            cpu_path = max(cpu_path, longest[e])
+            if fits:
+                used += size[e]
+                fits = sup[e] and used <= mem
+            work += acc[e]
+            if last_succ[e] > e:
+                out += cost[e]
+                leaving[last_succ[e]] += cost[e]
+            out -= leaving[e]  # members whose last consumer is e send nothing out any more
+            if e + 1 < L and not can_cut[e + 1]:
+                continue
+            on_acc = incoming + work + max(out, 0.0)
+            for j in range(slots + 1):
+                base = f[i, j]
+                if base == inf:
+                    continue
+                if base + cpu_path < f[e + 1, j]:
+                    f[e + 1, j] = base + cpu_path
+                    back_i[e + 1, j] = i
+                    back_acc[e + 1, j] = False
+                if fits and j < slots and base + on_acc < f[e + 1, j + 1]:
+                    f[e + 1, j + 1] = base + on_acc
+                    back_i[e + 1, j + 1] = i
+                    back_acc[e + 1, j + 1] = True
+    return f, back_i, back_acc
+
+
+# ---- the lower bound ----------------------------------------------------------------------------
+
+def latency_lower_bound(w: Workload, pieces: int = 1) -> float:
+    """A latency no plan with at most ``pieces`` calls per accelerator beats: the best cut
+    of each of a few heavy paths (longest by accelerator time, CPU time, memory, transfer
+    cost, and their mixes), the largest of them."""
+    if w.n == 0:
+        return 0.0
+    slots = w.num_accelerators * pieces
+    scale = lambda a: a / a.max() if a.size and a.max() > 0 else a  # noqa: E731
+    weights = [w.acc_latency, w.cpu_latency, w.size, w.out_cost,
+               scale(w.acc_latency) + scale(w.size), scale(w.size) + scale(w.out_cost),
+               scale(w.acc_latency) + scale(w.size) + scale(w.out_cost)]
+    best = 0.0
+    seen: set[tuple[int, ...]] = set()
+    for weight in weights:
+        path = tuple(heaviest_path(w, weight))
+        if path in seen:
+            continue
+        seen.add(path)
+        best = max(best, cut_sequence(w, path, slots)[0])
+    return best
+
+
+def heaviest_path(w: Workload, weight: np.ndarray) -> list[int]:
+    """The path (node indices, in order) with the largest total ``weight``."""
+    total = np.asarray(weight, dtype=np.float64).copy()
+    prev = np.full(w.n, -1, dtype=np.int64)
+    for v in w.topological_order:
+        for u in w.predecessors[v]:
+            if total[u] + weight[v] > total[v]:
+                total[v], prev[v] = total[u] + weight[v], u
+    v = int(np.argmax(total))
+    path = []
+    while v >= 0:
+        path.append(v)
+        v = int(prev[v])
+    return path[::-1]
+
+
+# ---- the plan ----------------------------------------------------------------------------------
+
+def sequence_split(w: Workload, objective: str = "latency") -> Plan:
+    """Cut a topological order of the inseparable blocks (colour classes together) into
+    segments, each accelerator taking at most one: the least latency of running the
+    segments one after another.  Scored by the evaluator (which lets independent calls
+    overlap, so its latency is at most the DP's)."""
+    from .baselines import finish, inseparable_blocks
+
+    start = time.perf_counter()
+    if w.is_training:
+        raise SolveError("latency_dp splits inference graphs: a training graph's blocks span both passes")
+    blocks = inseparable_blocks(w)
+    order_pos = np.empty(w.n, dtype=np.int64)
+    order_pos[list(w.topological_order)] = np.arange(w.n)
+    best = (np.inf, None, None)
+    for block_order in _block_orders(w, blocks, order_pos):
+        seq, can_cut = [], []
+        for b in block_order:
+            members = sorted(blocks.members[b].tolist(), key=lambda v: order_pos[v])
+            seq += members
+            can_cut += [True] + [False] * (len(members) - 1)
+        value, segments = cut_sequence(w, seq, w.num_accelerators, np.array(can_cut, dtype=np.bool_))
+        if value < best[0]:
+            best = (value, seq, segments)
+    value, seq, segments = best
+    names = [d.name for d in w.devices]
+    assignment: dict[int, str] = {}
+    acc = 0
+    for i, e, on_acc in segments:
+        for v in seq[i:e]:
+            nid = int(w.ids[v])
+            if on_acc:
+                assignment[nid] = names[acc]
+            else:
+                assignment[nid] = names[w.num_accelerators]
+        acc += on_acc
+    if not assignment:
+        raise SolveError("latency_dp found no split: the nodes fit neither the accelerators' memory nor a CPU")
+    return finish(w, objective, "latency_dp", assignment, start, details={"sequential_latency": value})
+
+
+def _block_orders(w: Workload, blocks, order_pos: np.ndarray) -> list[list[int]]:
+    """A few topological orders of the blocks, whose cuts differ: the reference's
+    (depth-first-ish), and ready blocks taken earliest-first and latest-first."""
+    import heapq
+
+    nb = len(blocks.members)
+    block_of = np.empty(w.n, dtype=np.int64)
+    for b, m in enumerate(blocks.members):
+        block_of[m] = b
+    succ = [set() for _ in range(nb)]
+    for s, t in zip(block_of[w.edge_src], block_of[w.edge_dst]):
+        if s != t:
+            succ[s].add(int(t))
+    first = [int(order_pos[m].min()) for m in blocks.members]
+    orders = [list(blocks.order)]
+    for sign in (1, -1):
+        indeg = np.zeros(nb, dtype=np.int64)
+        for b in range(nb):
+            for t in succ[b]:
+                indeg[t] += 1
+        ready = [(sign * first[b], b) for b in range(nb) if indeg[b] == 0]
+        heapq.heapify(ready)
+        out = []
+        while ready:
+            _, b = heapq.heappop(ready)
+            out.append(b)
+            for t in succ[b]:
+                indeg[t] -= 1
+                if indeg[t] == 0:
+                    heapq.heappush(ready, (sign * first[t], t))
+        if len(out) == nb:
+            orders.append(out)
+    return orders
