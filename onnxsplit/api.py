@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from .errors import OnnxsplitError
@@ -73,12 +74,21 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
         return dp.solve(workload, linear_only=(method == "dp_linear"), time_limit=time_limit)
     from .solve import ip
 
+    # the warm start's time counts: against the time limit, and in the plan's seconds
+    began = time.perf_counter()
     if objective == "latency":
         start = _latency_warm_start(workload) if warm_start else None
-        return ip.solve_latency(workload, pieces=pieces, time_limit=time_limit, solver=solver, warm_start=start)
-    start = _throughput_warm_start(workload) if warm_start and not split_passes else None
-    return ip.solve_throughput(workload, contiguous=contiguous, split_passes=split_passes,
-                               time_limit=time_limit, solver=solver, warm_start=start)
+        spent = time.perf_counter() - began
+        plan = ip.solve_latency(workload, pieces=pieces, time_limit=max(1.0, time_limit - spent), solver=solver,
+                                warm_start=start)
+    else:
+        start = _throughput_warm_start(workload) if warm_start and not split_passes else None
+        spent = time.perf_counter() - began
+        plan = ip.solve_throughput(workload, contiguous=contiguous, split_passes=split_passes,
+                                   time_limit=max(1.0, time_limit - spent), solver=solver, warm_start=start)
+    plan.seconds += spent
+    plan.details["warm_start_seconds"] = spent
+    return plan
 
 
 # Warm starts come from methods that take seconds at most on any graph; the exact DP is

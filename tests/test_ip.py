@@ -149,3 +149,22 @@ def test_latency_ip_matches_bruteforce(seed):
     assert plan.lower_bound <= plan.value * (1 + 1e-9)
     more = ip.solve_latency(w, pieces=2, time_limit=30, gap=0.0)
     assert more.value <= plan.value * (1 + 1e-6) + 1e-9  # more calls per accelerator can only help
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_transfer_free_phase_bounds_the_optimum(seed):
+    """The first phase's bound is the transfer-free optimum (brute force with every tensor
+    free), which is at or below the true optimum."""
+    data = bf.random_workload(seed, n_range=(3, 6))
+    w = Workload.from_paper_json(data)
+    plan = ip.solve_throughput(w, time_limit=30, gap=0.0)
+    best = _brute(data)
+    free = dict(data, edges=[dict(e, cost=0.0) for e in data["edges"]])
+    best_free = _brute(free)
+    bound = plan.details["transfer_free_bound"]
+    if best is None or bound is None:
+        return
+    assert bound <= best_free * (1 + 1e-6) + 1e-9
+    assert bound >= best_free * (1 - 2e-4) - 1e-9  # solved to its 1e-4 gap
+    assert plan.lower_bound <= best * (1 + 1e-6) + 1e-9
+    assert plan.value == pytest.approx(best, rel=1e-6)

