@@ -125,7 +125,7 @@ def _latency_warm_start(workload: Workload) -> dict[int, str] | None:
     return _best_quick_plan(workload, QUICK_LATENCY, "latency")
 
 
-COMPARED = ("dp", "dp_linear", "ip", "greedy", "local_search", "pipedream", "scotch", "metis",
+COMPARED = ("dp", "dp_linear", "ip", "latency_dp", "greedy", "local_search", "pipedream", "scotch", "metis",
             "one_accelerator", "all_cpu", "ort_default", "hetero_greedy")
 
 

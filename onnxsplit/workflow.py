@@ -207,7 +207,8 @@ def predict(workload, plan: Plan, parts: int | None = None) -> dict[str, Any]:
 
     parts = parts or len(set(plan.assignment.values()))
     load = evaluate.max_load(workload, plan.assignment).value
-    lat = evaluate.latency(workload, plan.assignment, plan.pieces or None, serial_cpus=True).value
+    pieces = runner_pieces(workload, plan) if plan.pieces else None
+    lat = evaluate.latency(workload, plan.assignment, pieces, serial_cpus=True).value
     period = max(load + STAGE_OVERHEAD_MS, parts * STAGE_OVERHEAD_MS)
     return {"latency_ms": lat + (parts + 1) * STAGE_OVERHEAD_MS,
             "throughput_per_s": 1e3 / period, "max_load_ms": load, "parts": parts,
@@ -346,13 +347,27 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
     return result
 
 
+def runner_pieces(workload, plan: Plan) -> dict[int, int]:
+    """node id -> call on its device as the runner executes the plan: the plan's
+    accelerator pieces, and CPU cores' calls around them (evaluate.runner_pieces)."""
+    import numpy as np
+
+    from .solve import evaluate
+
+    dev = evaluate.device_array(workload, plan.assignment)
+    given = np.array([plan.pieces.get(int(i), 0) for i in workload.ids], dtype=np.int64)
+    piece = evaluate.runner_pieces(workload, dev, given)
+    return {int(workload.ids[v]): int(piece[v]) for v in range(workload.n)}
+
+
 def _pieces_by_name(workload, plan: Plan, names) -> dict[str, int] | None:
-    """Calls per device for the exporter: the plan's pieces, else one part per device, or
-    where that would leave parts waiting on each other, the evaluator's pieces."""
+    """Calls per device for the exporter: the plan's pieces (with the CPU cores' calls
+    around them), else one part per device, or where that would leave parts waiting on
+    each other, the evaluator's pieces."""
     from .solve import evaluate
 
     if plan.pieces:
-        return {names[i]: p for i, p in plan.pieces.items()}
+        return {names[i]: p for i, p in runner_pieces(workload, plan).items()}
     dev = evaluate.device_array(workload, plan.assignment)
     piece = evaluate.call_pieces(workload, dev, serial_cpus=True)
     if piece.max(initial=1) <= 1:

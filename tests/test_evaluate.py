@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from onnxsplit.errors import SplitError
 from onnxsplit.solve import evaluate
 from onnxsplit.workload import Workload
 from workloads import diamond, edge, node, workload
@@ -94,3 +96,21 @@ def test_unknown_device_and_unplaced_node():
     w = Workload.from_paper_json(diamond())
     assert "unknown device 'gpu0'" in evaluate.check(w, {1: "gpu0", 2: "acc0", 3: "acc0", 4: "acc0"})[0]
     assert "has no device" in evaluate.check(w, {1: "acc0"})[0]
+
+
+def test_runner_pieces_split_a_cpu_core_around_accelerator_calls():
+    """A latency plan gives only its accelerator pieces; a serial CPU core that runs nodes
+    before and after an accelerator call needs two calls, or they wait on each other."""
+    data = workload([node(i, cpu=10, acc=1) for i in range(3)],
+                    [edge(0, 1, 0.5), edge(1, 2, 0.25)], k=1, l=1)
+    w = Workload.from_paper_json(data)
+    a = {0: "cpu0", 1: "acc0", 2: "cpu0"}
+    with pytest.raises(SplitError, match="cycle"):
+        evaluate.latency(w, a, {1: 1}, serial_cpus=True)  # one call for both CPU nodes
+    dev = evaluate.device_array(w, a)
+    given = np.array([0, 1, 0])
+    piece = evaluate.runner_pieces(w, dev, given)
+    assert piece[1] == 1 and piece[0] != piece[2]
+    pieces = {int(w.ids[v]): int(piece[v]) for v in range(w.n)}
+    # cpu 10, then the call: 0.5 in + 1 + 0.25 out, then cpu 10
+    assert evaluate.latency(w, a, pieces, serial_cpus=True).value == pytest.approx(21.75)

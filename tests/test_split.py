@@ -81,16 +81,21 @@ def test_plan_json_is_editable_and_reapplied(tmp_path, capsys):
     assert res["plan"]["method"] == "given"
 
 
-def test_pins_keep_matching_operators_on_the_cpu(tmp_path, capsys):
-    """With an (estimated) accelerator, pinned op types never go to it."""
-    model = mlp(tmp_path / "mlp.onnx", layers=2, batch=64, width=256)
-    cluster = tmp_path / "c.json"
-    cluster.write_text(json.dumps({
+def estimated_gpu_cluster(path):
+    """One CPU core and one fast GPU that onnxruntime cannot drive here (estimated)."""
+    path.write_text(json.dumps({
         "devices": [{"name": "cpu", "class": "cpu", "count": 1, "memory": "8GiB",
                      "execution_provider": "CPUExecutionProvider"},
                     {"name": "gpu", "class": "gpu", "count": 1, "memory": "8GiB",
                      "peak_flops": 1e14, "memory_bandwidth": "900GB/s"}],
         "links": [{"between": ["cpu", "gpu"], "bandwidth": "16GB/s", "latency": "10us"}]}))
+    return path
+
+
+def test_pins_keep_matching_operators_on_the_cpu(tmp_path, capsys):
+    """With an (estimated) accelerator, pinned op types never go to it."""
+    model = mlp(tmp_path / "mlp.onnx", layers=2, batch=64, width=256)
+    cluster = estimated_gpu_cluster(tmp_path / "c.json")
     out = tmp_path / "p"
     code, res = run_json(capsys, [str(model), "--out", str(out), "--devices", str(cluster),
                                   "--pin", "Relu=cpu"])
@@ -271,3 +276,21 @@ def test_compare_on_a_model(tmp_path, capsys):
     assert res["best_lower_bound"] is not None and min(values) >= res["best_lower_bound"] - 1e-9
     assert by["ip"]["value"] <= min(values) + 1e-9
     assert by["all_cpu"]["value"] == pytest.approx(2 * by["dp"]["value"], rel=0.5)
+
+
+def test_latency_split_with_cpu_calls_around_accelerator_calls(tmp_path, capsys):
+    """A latency plan names only its accelerator calls; with the middle MatMul pinned to
+    the (estimated) GPU and the outer ones to the CPU, the CPU runs a call before the
+    GPU's and one after (one call for both would wait on the GPU's, and it on them)."""
+    model = mlp(tmp_path / "mlp.onnx", layers=3, batch=64, width=256)
+    cluster = estimated_gpu_cluster(tmp_path / "c.json")
+    out = tmp_path / "p"
+    code, res = run_json(capsys, [str(model), "--out", str(out), "--devices", str(cluster),
+                                  "--pin", "matmul0|matmul2=cpu", "--pin", "matmul1=acc",
+                                  "--objective", "latency"])
+    assert code == 0, res
+    assert res["verify"]["max_abs_error"] <= 1e-5
+    manifest = json.loads((out / "manifest.json").read_text())
+    cpu_parts = [p for p in manifest["parts"] if p["device"] == "cpu0"]
+    acc_parts = [p for p in manifest["parts"] if p["device"].startswith("acc")]
+    assert acc_parts and len(cpu_parts) >= 2

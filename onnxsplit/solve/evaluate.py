@@ -143,12 +143,38 @@ def switch_pieces(workload: Workload, dev: np.ndarray, cpus: bool = False) -> np
     devices together contract to a DAG.  Used when the per-device rule leaves a cycle
     between pieces of different accelerators.
     """
+    label = _switch_labels(workload, dev)
+    return label if cpus else np.where(dev < workload.num_accelerators, label, 0)
+
+
+def _switch_labels(workload: Workload, key: np.ndarray) -> np.ndarray:
+    """1 + the most times a path into each node changes ``key``."""
     label = np.ones(workload.n, dtype=np.int64)
     preds = workload.predecessors
     for v in workload.topological_order:
         for u in preds[v]:
-            label[v] = max(label[v], label[u] + (1 if dev[u] != dev[v] else 0))
-    return label if cpus else np.where(dev < workload.num_accelerators, label, 0)
+            label[v] = max(label[v], label[u] + (1 if key[u] != key[v] else 0))
+    return label
+
+
+def runner_pieces(workload: Workload, dev: np.ndarray, given: np.ndarray | None = None) -> np.ndarray:
+    """Calls for every node when CPU cores run their nodes one after another (the runner).
+
+    Without ``given``: :func:`call_pieces` with serial CPUs.  With ``given`` (the
+    accelerator pieces a latency plan chose; CPU entries ignored) the accelerators keep
+    them, and a CPU core starts a new call whenever a path reaches it from another call --
+    one call for all of a core's nodes would wait on the accelerator calls between them.
+    Where that still leaves calls waiting on each other, a new call at every switch.
+    """
+    if given is None:
+        return call_pieces(workload, dev, serial_cpus=True)
+    k = workload.num_accelerators
+    on_acc = dev < k
+    key = np.where(on_acc, dev * (workload.n + 2) + given + 1, dev * (workload.n + 2))
+    piece = np.where(on_acc, given, _switch_labels(workload, key))
+    if _blocks(workload, dev, piece, serial_cpus=True)[2] is None:
+        piece = switch_pieces(workload, dev, cpus=True)
+    return piece
 
 
 def call_pieces(workload: Workload, dev: np.ndarray, serial_cpus: bool = False) -> np.ndarray:
