@@ -179,22 +179,36 @@ def choose_plan(workload, objective: str, method: str = "auto", time_limit: floa
 
 
 def _whole_if_split_does_not_pay(workload, plan: Plan) -> Plan:
-    """The model on its best single device when the split's predicted throughput, runner
-    overheads included, is not MIN_SPLIT_GAIN times the whole model's in one session (tiny
-    models: a stage would cost more in hand-offs than it computes)."""
+    """The model on its best single device when the split, runner overheads included, does
+    not promise MIN_SPLIT_GAIN times the whole model in one session: throughput, or for a
+    latency plan, speed of one sample (tiny models: a part would cost more in hand-offs
+    than it computes; the latency model's CPUs run in parallel, the runner's one by one)."""
     from . import api
 
     single = best_single_device(workload)
     if plan.value is None or single.get("method") is None or len(set(plan.assignment.values())) < 2:
         return plan
-    if predict(workload, plan)["throughput_per_s"] >= MIN_SPLIT_GAIN * single["throughput_per_s"]:
-        return plan
-    whole = api.solve(workload, "throughput", single["method"])
+    parts = None
+    if plan.pieces:  # a latency plan's calls, as the runner makes them
+        calls = runner_pieces(workload, plan)
+        parts = len({(plan.assignment[i], p) for i, p in calls.items()})
+    promised = predict(workload, plan, parts)
+    if plan.objective == "latency":
+        whole_ms = single["latency_ms"] + 2 * STAGE_OVERHEAD_MS  # one part: hand-offs in and out
+        if whole_ms >= MIN_SPLIT_GAIN * promised["latency_ms"]:
+            return plan
+        what = (f"{promised['latency_ms']:.4g} ms per sample in the runner, against "
+                f"{whole_ms:.4g} ms whole")
+    else:
+        if promised["throughput_per_s"] >= MIN_SPLIT_GAIN * single["throughput_per_s"]:
+            return plan
+        what = f"{plan.value:.4g} ms per sample"
+    whole = api.solve(workload, plan.objective, single["method"])
     if whole.value is None:
         return plan
-    whole.details["why"] = (f"splitting ({plan.method}: {plan.value:.4g} ms per sample on "
-                            f"{len(set(plan.assignment.values()))} devices) does not pay: with "
-                            f"{STAGE_OVERHEAD_MS} ms per stage hand-off it promises less than "
+    whole.details["why"] = (f"splitting ({plan.method} on {len(set(plan.assignment.values()))} devices: "
+                            f"{what}) does not pay: with "
+                            f"{STAGE_OVERHEAD_MS} ms per part hand-off it promises less than "
                             f"{MIN_SPLIT_GAIN}x the whole model on one device")
     return whole
 
@@ -408,7 +422,7 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
     _say(quiet, f"solving for {objective} ({prep.workload.n} operators, "
                 f"{prep.workload.num_accelerators} accelerators, {prep.workload.num_cpus} CPU cores)")
     plan = choose_plan(pinned_workload, objective, method, time_limit)
-    if method == "auto" and objective == "throughput" and not pinned:
+    if method == "auto" and not pinned:
         plan = _whole_if_split_does_not_pay(pinned_workload, plan)
     prep.seconds["solve"] = time.perf_counter() - t
     return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,

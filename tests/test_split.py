@@ -263,6 +263,27 @@ def test_auto_keeps_a_model_whole_when_hand_offs_cost_more_than_the_split_saves(
     assert (two >= 1.1 * 1e3 / (4 * ms)) is split
 
 
+@pytest.mark.parametrize("ms,split", [(0.02, False), (5.0, True)])
+def test_auto_keeps_a_model_whole_when_a_latency_split_does_not_pay(ms, split):
+    """A chain whose accelerator holds half of it: the latency plan runs two nodes there
+    (at half the CPU's time) and two on the CPU, one call each.  In the runner that is
+    3 ms-units plus 3 hand-offs, against 4 units plus 2 hand-offs on the CPU alone."""
+    from workloads import edge, node, workload
+    from onnxsplit.workflow import _whole_if_split_does_not_pay, choose_plan, predict
+
+    from onnxsplit.workload import Workload
+
+    w = Workload.from_paper_json(workload([node(i, cpu=ms, acc=ms / 2, size=1) for i in range(4)],
+                                          [edge(i, i + 1, 0.0) for i in range(3)], k=1, l=1, mem=2))
+    best = choose_plan(w, "latency")
+    assert best.value == pytest.approx(3 * ms) and len(set(best.assignment.values())) == 2
+    assert predict(w, best, 2)["latency_ms"] == pytest.approx(3 * ms + 3 * STAGE_OVERHEAD_MS)
+    chosen = _whole_if_split_does_not_pay(w, best)
+    assert (len(set(chosen.assignment.values())) == 2) is split
+    assert ((4 * ms + 2 * STAGE_OVERHEAD_MS) >= 1.1 * (3 * ms + 3 * STAGE_OVERHEAD_MS)) is split
+    if not split:
+        assert chosen.objective == "latency" and "does not pay" in chosen.details["why"]
+
 def test_compare_on_a_model(tmp_path, capsys):
     model = mlp(tmp_path / "mlp.onnx", layers=3, batch=16, width=128)
     code = main(["compare", str(model), "--json", "--time-limit", "10"])
