@@ -190,6 +190,7 @@ class Blocks:
     size: np.ndarray
     unsupported: np.ndarray  # bool per block
     order: list[int]  # a topological order of the blocks
+    succ: list[list[int]]  # successor blocks (forward edges, then order-only edges)
 
 
 def inseparable_blocks(workload: Workload) -> Blocks:
@@ -221,6 +222,7 @@ def inseparable_blocks(workload: Workload) -> Blocks:
         size=np.array([workload.size[m].sum() for m in arr]),
         unsupported=np.array([bool((~workload.supported[m]).any()) for m in arr], dtype=bool),
         order=order,
+        succ=[list(x) for x in succ],
     )
 
 

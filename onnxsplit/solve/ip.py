@@ -34,7 +34,7 @@ from ..plan import Plan, gap_of
 from ..workload import Workload
 from . import evaluate, pairs
 from .bounds import packing_bound
-from .segments import latency_lower_bound
+from .segments import latency_lower_bound, longest_paths
 
 SOLVERS = ("highs", "cbc")
 
@@ -55,6 +55,17 @@ class Classes:
     @property
     def n(self) -> int:
         return len(self.size)
+
+    def devices_of(self, w: Workload, assignment: dict[int, str]) -> np.ndarray:
+        """class index -> device index of a plan (colour classes share a device)."""
+        out = np.full(self.n, -1, dtype=np.int64)
+        out[self.of_node] = evaluate.device_array(w, assignment)
+        return out
+
+    def assignment(self, w: Workload, devices: np.ndarray) -> dict[int, str]:
+        """node id -> device name, each node on its class's device."""
+        names = [d.name for d in w.devices]
+        return {int(w.ids[v]): names[devices[self.of_node[v]]] for v in range(w.n)}
 
     def device_costs(self) -> tuple[np.ndarray, np.ndarray]:
         """(each class's forward + backward time on an accelerator, inf where unsupported;
@@ -188,11 +199,7 @@ def _throughput_plan(w: Workload, assignment, value: float, lb: float, contiguou
         raise SolveError(f"internal error: IP plan is invalid: {problems[0]}")
     lb = min(lb, value) if lb > 0 else None
     g = gap_of(value, lb)
-    if solved or (g is not None and g <= 1e-6):
-        label = "optimal" if g is not None and g <= 1e-6 else "feasible"
-    else:
-        label = "time_limit"
-    return Plan("throughput", method, label, value, assignment, lower_bound=lb, gap=g, seconds=seconds,
+    return Plan("throughput", method, _status_label(solved, g), value, assignment, lower_bound=lb, gap=g, seconds=seconds,
                 details=details)
 
 
@@ -276,7 +283,11 @@ class _ThroughputIP:
     def assignment(self) -> dict[int, str] | None:
         if self.model.num_solutions == 0:
             return None
-        return _assignment(self.w, self.cl, self.x, self.w.num_accelerators + self.w.num_cpus)
+        chosen = np.full(self.cl.n, -1, dtype=np.int64)
+        for (g, d), var in self.x.items():
+            if var.x is not None and var.x > 0.5:
+                chosen[g] = d
+        return self.cl.assignment(self.w, chosen)
 
 
 def crossing(model, src: int, members, on):
@@ -303,14 +314,13 @@ def _new_model(solver: str, gap: float, verbose: bool):
     return model
 
 
-def _status_label(status, gap: float | None) -> str:
-    """The solver stops as OPTIMAL once within its gap tolerance: only a closed gap is
-    reported "optimal"; otherwise "feasible", or "time_limit" if time ran out."""
-    import mip
-
-    if status == mip.OptimizationStatus.OPTIMAL:
-        return "optimal" if gap is not None and gap <= 1e-6 else "feasible"
-    return "time_limit"
+def _status_label(solved: bool, gap: float | None) -> str:
+    """"optimal" once the gap is closed, by the solver or by a bound of our own; otherwise
+    "feasible" where the solver stopped within its tolerance (it reports OPTIMAL then),
+    or "time_limit" where time ran out."""
+    if gap is not None and gap <= 1e-6:
+        return "optimal"
+    return "feasible" if solved else "time_limit"
 
 
 def _finite(v):
@@ -356,9 +366,7 @@ def _add_contiguity(model, w: Workload, cl: Classes, x, ndev: int) -> None:
 
 def _start(cl: Classes, assignment: dict[int, str], w: Workload, x) -> list:
     """The warm start as x values, devices relabelled to satisfy the symmetry breaking."""
-    dev = evaluate.device_array(w, assignment)
-    cls_dev = np.full(cl.n, -1, dtype=np.int64)
-    cls_dev[cl.of_node] = dev
+    cls_dev = cl.devices_of(w, assignment)
     k = w.num_accelerators
     relabel: dict[int, int] = {}
     next_acc, next_cpu = 0, k
@@ -373,15 +381,6 @@ def _start(cl: Classes, assignment: dict[int, str], w: Workload, x) -> list:
     for (g, d), var in x.items():
         out.append((var, 1.0 if relabel[int(cls_dev[g])] == d else 0.0))
     return out
-
-
-def _assignment(w: Workload, cl: Classes, x, ndev: int) -> dict[int, str]:
-    chosen = np.full(cl.n, -1, dtype=np.int64)
-    for (g, d), var in x.items():
-        if var.x is not None and var.x > 0.5:
-            chosen[g] = d
-    names = [dv.name for dv in w.devices]
-    return {int(w.ids[v]): names[chosen[cl.of_node[v]]] for v in range(w.n)}
 
 
 def _split_pass_value(w: Workload, assignment: dict[int, str]) -> float:
@@ -426,7 +425,11 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
                              if k else "no devices"})
     ub, start_plan = _latency_upper_bound(w, warm_start, pieces)
     cheapest = np.minimum(w.cpu_latency if l > 0 else np.inf, np.where(w.supported, w.acc_latency, np.inf))
-    head = _head(w, cheapest)
+    # head[v]: longest path into v (inclusive), each node at its cheapest latency.  v cannot
+    # finish before it (a call's finish includes all its work, and its inputs come first);
+    # it bounds lat[v] below and shrinks the big-M of "v finishes with its call".  (No
+    # tail bound: lat[v] is its call's finish, which may already include v's successors.)
+    head = longest_paths(w, cheapest)[0]
     # the LP relaxation does not see the memory limit forcing layers apart; the best cut
     # of a few heavy paths does (segments.py), and bounds the objective from below
     floor = max(float(head.max(initial=0.0)), latency_lower_bound(w, pieces))
@@ -436,7 +439,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
         value = evaluate.latency(w, a, pc).value
         lb = min(floor, value)
         g = gap_of(value, lb)
-        return Plan("latency", "ip", "optimal" if g <= 1e-6 else "feasible", value, a, lower_bound=lb, gap=g,
+        return Plan("latency", "ip", _status_label(True, g), value, a, lower_bound=lb, gap=g,
                     seconds=time.perf_counter() - start_time, pieces=pc, details=details)
     model = _new_model(solver, gap, verbose)
     slots = [(d, p) for d in range(k) for p in range(pieces)]
@@ -471,10 +474,6 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     def xs(v, s):
         return x.get((v, s), 0)
 
-    # head[v]: longest path into v (inclusive), each node at its cheapest latency.  v cannot
-    # finish before it (a call's finish includes all its work, and its inputs come first);
-    # it bounds lat[v] below and shrinks the big-M of "v finishes with its call".  (No
-    # tail bound: lat[v] is its call's finish, which may already include v's successors.)
     lat = [model.add_var(lb=float(head[v]), ub=max(float(head[v]), ub)) for v in range(n)]
     st = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
     fin = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
@@ -555,17 +554,9 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     value = evaluate.latency(w, assignment, piece_of).value
     lb = min(bound, value) if bound is not None else None
     g = gap_of(value, lb)
-    return Plan("latency", method, _status_label(status, g), value, assignment, lower_bound=lb, gap=g, seconds=seconds,
+    return Plan("latency", method, _status_label(status == mip.OptimizationStatus.OPTIMAL, g), value, assignment,
+                lower_bound=lb, gap=g, seconds=seconds,
                 pieces=piece_of, details={**details, "ip_objective": model.objective_value})
-
-
-def _head(w: Workload, weight: np.ndarray) -> np.ndarray:
-    """Longest weighted path ending at each node, the node included."""
-    head = weight.astype(np.float64).copy()
-    for v in w.topological_order:
-        for u in w.predecessors[v]:
-            head[v] = max(head[v], head[u] + weight[v])
-    return head
 
 
 def _slot_of(w: Workload, assignment: dict[int, str], pieces: dict[int, int], v: int):

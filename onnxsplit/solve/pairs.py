@@ -32,9 +32,7 @@ def improve(w: Workload, cl, assignment: dict[int, str], seconds: float, solver:
     from :func:`ip.build_classes`)."""
     start = time.perf_counter()
     names = [d.name for d in w.devices]
-    dev = evaluate.device_array(w, assignment)
-    cls_dev = np.full(cl.n, -1, dtype=np.int64)
-    cls_dev[cl.of_node] = dev
+    cls_dev = cl.devices_of(w, assignment)
     loads = _loads(w, cls_dev, cl, names)
     improved = True
     while improved and time.perf_counter() - start < seconds:
@@ -53,13 +51,12 @@ def improve(w: Workload, cl, assignment: dict[int, str], seconds: float, solver:
             if max(new_loads[worst], new_loads[other]) < loads[worst] * (1 - 1e-9):
                 cls_dev, loads, improved = new, new_loads, True
                 break
-    return {int(w.ids[v]): names[cls_dev[cl.of_node[v]]] for v in range(w.n)}
+    return cl.assignment(w, cls_dev)
 
 
 def _loads(w: Workload, cls_dev: np.ndarray, cl, names: list[str]) -> np.ndarray:
     """Every device's load, by the evaluator."""
-    a = {int(w.ids[v]): names[cls_dev[cl.of_node[v]]] for v in range(w.n)}
-    per = evaluate.max_load(w, a).loads
+    per = evaluate.max_load(w, cl.assignment(w, cls_dev)).loads
     return np.array([per.get(n, 0.0) for n in names])
 
 

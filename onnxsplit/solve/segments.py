@@ -150,18 +150,25 @@ def latency_lower_bound(w: Workload, pieces: int = 1) -> float:
 
 def heaviest_path(w: Workload, weight: np.ndarray) -> list[int]:
     """The path (node indices, in order) with the largest total ``weight``."""
-    total = np.asarray(weight, dtype=np.float64).copy()
-    prev = np.full(w.n, -1, dtype=np.int64)
-    for v in w.topological_order:
-        for u in w.predecessors[v]:
-            if total[u] + weight[v] > total[v]:
-                total[v], prev[v] = total[u] + weight[v], u
+    total, prev = longest_paths(w, weight)
     v = int(np.argmax(total))
     path = []
     while v >= 0:
         path.append(v)
         v = int(prev[v])
     return path[::-1]
+
+
+def longest_paths(w: Workload, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the heaviest path ending at each node, the node included; its previous node or -1)."""
+    weight = np.asarray(weight, dtype=np.float64)
+    total = weight.copy()
+    prev = np.full(w.n, -1, dtype=np.int64)
+    for v in w.topological_order:
+        for u in w.predecessors[v]:
+            if total[u] + weight[v] > total[v]:
+                total[v], prev[v] = total[u] + weight[v], u
+    return total, prev
 
 
 # ---- the plan ----------------------------------------------------------------------------------
@@ -180,7 +187,7 @@ def sequence_split(w: Workload, objective: str = "latency") -> Plan:
     order_pos = np.empty(w.n, dtype=np.int64)
     order_pos[list(w.topological_order)] = np.arange(w.n)
     best = (np.inf, None, None)
-    for block_order in _block_orders(w, blocks, order_pos):
+    for block_order in _block_orders(blocks, order_pos):
         seq, can_cut = [], []
         for b in block_order:
             members = sorted(blocks.members[b].tolist(), key=lambda v: order_pos[v])
@@ -206,19 +213,12 @@ def sequence_split(w: Workload, objective: str = "latency") -> Plan:
     return finish(w, objective, "latency_dp", assignment, start, details={"sequential_latency": value})
 
 
-def _block_orders(w: Workload, blocks, order_pos: np.ndarray) -> list[list[int]]:
+def _block_orders(blocks, order_pos: np.ndarray) -> list[list[int]]:
     """A few topological orders of the blocks, whose cuts differ: the reference's
     (depth-first-ish), and ready blocks taken earliest-first and latest-first."""
     import heapq
 
-    nb = len(blocks.members)
-    block_of = np.empty(w.n, dtype=np.int64)
-    for b, m in enumerate(blocks.members):
-        block_of[m] = b
-    succ = [set() for _ in range(nb)]
-    for s, t in zip(block_of[w.edge_src], block_of[w.edge_dst]):
-        if s != t:
-            succ[s].add(int(t))
+    nb, succ = len(blocks.members), blocks.succ
     first = [int(order_pos[m].min()) for m in blocks.members]
     orders = [list(blocks.order)]
     for sign in (1, -1):
