@@ -4,15 +4,17 @@ A sequence of nodes is cut into segments; each runs either as one accelerator ca
 (incoming tensors, compute, outgoing tensors -- the latency model's call) or on the CPUs
 (the longest path through it), one segment after another.  :func:`cut_sequence` finds the
 best cut exactly, by a DP over (position, accelerator segments used).  Only edges between
-nodes of the sequence count.  The one DP serves two ends:
+nodes of the sequence count, unless the caller knows more of a segment's call
+(``call_times``).  The one DP serves two ends:
 
 * **a lower bound** (:func:`latency_lower_bound`): along any path of the graph, every
   plan's calls meet the path in consecutive segments (calls are convex), one after
-  another, and each pays at least that segment's compute and the path's tensors that
-  enter or leave it -- the edges between path nodes, a residual block's skip edge
-  included.  So the best cut of a path, with each segment within one accelerator's
-  memory and at most ``k * pieces`` of them, is below every plan's latency.  It sees what
-  the solver's relaxation does not: the memory limit forcing a chain of layers apart.
+  another, and each takes at least the least time of a call holding that segment and no
+  other path node (:mod:`callcut`: its compute and every tensor entering or leaving it,
+  nodes off the path included, within one accelerator's memory).  So the best cut of a
+  path, at most ``k * pieces`` accelerator segments, is below every plan's latency.  It
+  sees what the solver's relaxation does not: the memory limit forcing a chain of layers
+  apart, and the branches beside the path that a cut must also send tensors to.
 * **a plan** (:func:`sequence_split`): cut a whole topological order, each accelerator
   taking one segment.  Running segments one after another is one schedule of the plan,
   so the evaluator's latency is at most the DP's value.
@@ -30,11 +32,14 @@ from ..plan import Plan
 from ..workload import Workload
 
 
-def cut_sequence(w: Workload, seq, slots: int, can_cut: np.ndarray | None = None):
+def cut_sequence(w: Workload, seq, slots: int, can_cut: np.ndarray | None = None,
+                 call_times: np.ndarray | None = None):
     """(least total time, segments as (start, end, on_accelerator)) for ``seq`` (node
     indices, in an order every edge among them follows); at most ``slots`` accelerator
     segments, each within one accelerator's memory and of supported nodes.  ``can_cut[i]``:
-    a segment may start at position i (default: anywhere).  Value inf if none is valid."""
+    a segment may start at position i (default: anywhere).  ``call_times[i, e]``: a least
+    time of the call running seq[i:e] known from elsewhere (:mod:`callcut`), used where it
+    is larger.  Value inf if none is valid."""
     seq = np.asarray(seq, dtype=np.int64)
     L = len(seq)
     pos = np.full(w.n, -1, dtype=np.int64)
@@ -56,6 +61,7 @@ def cut_sequence(w: Workload, seq, slots: int, can_cut: np.ndarray | None = None
         w.acc_latency[seq].astype(np.float64), cpu,
         w.out_cost[seq].astype(np.float64), w.size[seq].astype(np.float64), w.supported[seq].astype(np.bool_),
         np.asarray(can_cut, dtype=np.bool_), ptr, idx, last_succ, int(slots),
+        np.zeros((1, 1)) if call_times is None else call_times,
         float(w.accelerator_memory) * (1 + 1e-12))
     j = int(np.argmin(f[L]))
     value = float(f[L, j])
@@ -71,7 +77,7 @@ def cut_sequence(w: Workload, seq, slots: int, can_cut: np.ndarray | None = None
 
 
 @njit(cache=True)
-def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, mem):
+def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, call_times, mem):
     L = len(acc)
     inf = np.inf
     f = np.full((L + 1, slots + 1), inf)
@@ -109,6 +115,8 @@ def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, 
             if e + 1 < L and not can_cut[e + 1]:
                 continue
             on_acc = incoming + work + max(out, 0.0)
+            if call_times.shape[0] > 1:
+                on_acc = max(on_acc, call_times[i, e + 1])
             for j in range(slots + 1):
                 base = f[i, j]
                 if base == inf:
@@ -129,7 +137,10 @@ def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, 
 def latency_lower_bound(w: Workload, pieces: int = 1) -> float:
     """A latency no plan with at most ``pieces`` calls per accelerator beats: the best cut
     of each of a few heavy paths (longest by accelerator time, CPU time, memory, transfer
-    cost, and their mixes), the largest of them."""
+    cost, and their mixes), the largest of them.  Each accelerator segment costs at least
+    the least call that can run it, nodes off the path included (:mod:`callcut`)."""
+    from .callcut import segment_call_times
+
     if w.n == 0:
         return 0.0
     slots = w.num_accelerators * pieces
@@ -144,7 +155,7 @@ def latency_lower_bound(w: Workload, pieces: int = 1) -> float:
         if path in seen:
             continue
         seen.add(path)
-        best = max(best, cut_sequence(w, path, slots)[0])
+        best = max(best, cut_sequence(w, path, slots, call_times=segment_call_times(w, path, pieces))[0])
     return best
 
 

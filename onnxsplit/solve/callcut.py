@@ -1,0 +1,265 @@
+"""The least time of an accelerator call that runs a given segment of a path.
+
+In the latency model a call's time -- every tensor that enters it, its compute, every
+tensor that leaves it -- depends on the call's node set alone.  A call meets a path of
+the graph in a segment (calls are convex); whatever else it holds, its time is at least
+
+    least time(C) over node sets C with C ∩ path = segment, within one accelerator's
+    memory, of supported nodes (and whole colour classes when each accelerator makes
+    one call, which then holds all of the device's nodes).
+
+Without the memory limit that least is a minimum cut: C is the source side; a node on it
+pays its accelerator time (an arc to the sink); a tensor whose producer and consumers the
+cut separates pays its cost once (a hyperedge, two auxiliary vertices and one arc of the
+tensor's cost); the segment's nodes are tied to the source, the path's other nodes to the
+sink.  Memory is priced in by Lagrangian relaxation: for every λ >= 0,
+min_C time(C) + λ (size(C) - memory) is below the constrained least, and λ is chosen by
+Kelley's cutting planes (the dual is concave and piecewise linear in λ).  Convexity of C
+and disjointness of calls are dropped, which only lowers the value: it stays a bound.
+
+:func:`segment_call_times` is what :func:`segments.latency_lower_bound` adds to the path
+DP: off the path, a residual block's projection or an Inception module's other branches
+cost a call transfers or memory the path alone does not see.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..workload import Workload
+
+BIG = 1e18  # an arc no finite cut crosses
+
+
+def segment_call_times(w: Workload, seq, pieces: int = 1) -> np.ndarray:
+    """times[i, e]: a lower bound on the time of any accelerator call whose nodes on the
+    path ``seq`` (node indices, in path order) are exactly seq[i:e]; inf where no call can
+    hold them (memory, support, or a colour class that would need a path node outside)."""
+    seq = np.asarray(seq, dtype=np.int64)
+    net = _network(w, one_call_per_device=pieces == 1)
+    prefix = np.concatenate([[0.0], np.cumsum(w.size[seq].astype(np.float64))])
+    on_path = np.zeros(w.n, dtype=np.bool_)
+    on_path[seq] = True
+    return _least_call_times(seq, on_path, w.acc_latency.astype(np.float64), w.size.astype(np.float64),
+                             w.supported.astype(np.bool_), float(w.accelerator_memory) * (1 + 1e-12),
+                             prefix, *net)
+
+
+def _network(w: Workload, one_call_per_device: bool):
+    """Arcs of the cut network (forward arc 2j, its reverse 2j+1), as arrays."""
+    n = w.n
+    tensors = np.unique(w.edge_src)
+    nv = n + 2 * len(tensors) + 2
+    src, snk = nv - 2, nv - 1
+    tails: list[int] = []
+    heads: list[int] = []
+    caps: list[float] = []
+
+    def arc(a: int, b: int, c: float) -> int:
+        tails.append(a)
+        heads.append(b)
+        caps.append(c)
+        return len(tails) - 1
+
+    node_arc = np.array([arc(v, snk, 0.0) for v in range(n)], dtype=np.int64)
+    source_arc = np.array([arc(src, v, 0.0) for v in range(n)], dtype=np.int64)
+    member_ptr = [0]
+    members: list[int] = []
+    for j, u in enumerate(tensors.tolist()):
+        a, b = n + 2 * j, n + 2 * j + 1
+        group = [u, *w.successors[u]]
+        for m in group:
+            arc(m, a, BIG)
+            arc(b, m, BIG)
+        arc(a, b, float(w.out_cost[u]))
+        members += group
+        member_ptr.append(len(members))
+    if one_call_per_device:
+        first: dict[int, int] = {}
+        for v in range(n):
+            c = int(w.color_class[v])
+            if c in first:
+                arc(first[c], v, BIG)
+                arc(v, first[c], BIG)
+            else:
+                first[c] = v
+    m = len(tails)
+    to = np.empty(2 * m, dtype=np.int64)
+    cap = np.zeros(2 * m)
+    to[0::2], to[1::2] = heads, tails
+    cap[0::2] = caps
+    head = np.full(nv, -1, dtype=np.int64)
+    nxt = np.empty(2 * m, dtype=np.int64)
+    for a in range(2 * m):  # adjacency lists: arc a leaves the head of its reverse
+        tail = to[a ^ 1]
+        nxt[a] = head[tail]
+        head[tail] = a
+    return (head, nxt, to, cap, 2 * node_arc, 2 * source_arc, src, snk,
+            np.asarray(tensors, dtype=np.int64), np.array(member_ptr, dtype=np.int64),
+            np.array(members, dtype=np.int64), w.out_cost.astype(np.float64))
+
+
+@njit(cache=True)
+def _least_call_times(seq, on_path, acc, size, sup, mem, prefix, head, nxt, to, base_cap, node_arc,
+                      source_arc, src, snk, tensors, member_ptr, members, cost):
+    L = len(seq)
+    n = len(acc)
+    nv = len(head)
+    out = np.full((L + 1, L + 1), np.inf)
+    cap = base_cap.copy()
+    level = np.empty(nv, dtype=np.int64)
+    cur = np.empty(nv, dtype=np.int64)
+    queue = np.empty(nv, dtype=np.int64)
+    stack = np.empty(nv + 1, dtype=np.int64)
+    side = np.zeros(nv, dtype=np.bool_)
+    in_seg = np.zeros(n, dtype=np.bool_)
+    total = acc.sum() + cost.sum() + 1.0
+    smallest = np.inf
+    for v in range(n):
+        if size[v] > 0 and size[v] < smallest:
+            smallest = size[v]
+    lam_top = total / smallest if np.isfinite(smallest) else 0.0
+    for i in range(L):
+        in_seg[:] = False
+        for e in range(i + 1, L + 1):
+            v_new = seq[e - 1]
+            if prefix[e] - prefix[i] > mem or not sup[v_new]:
+                break
+            in_seg[v_new] = True
+            g0, s0 = _dual(0.0, n, on_path, in_seg, acc, size, sup, mem, head, nxt, to, base_cap, cap,
+                           node_arc, source_arc, src, snk, level, cur, queue, stack, side,
+                           tensors, member_ptr, members, cost)
+            if s0 <= 0.0 or not np.isfinite(g0):
+                out[i, e] = g0
+                continue
+            g1, s1 = _dual(lam_top, n, on_path, in_seg, acc, size, sup, mem, head, nxt, to, base_cap, cap,
+                           node_arc, source_arc, src, snk, level, cur, queue, stack, side,
+                           tensors, member_ptr, members, cost)
+            if s1 > 0.0 or not np.isfinite(g1):  # even the least call is over memory
+                continue
+            best = max(g0, g1)
+            lo, g_lo, s_lo = 0.0, g0, s0
+            hi, g_hi, s_hi = lam_top, g1, s1
+            for _ in range(40):
+                lam = (g_hi - g_lo + s_lo * lo - s_hi * hi) / (s_lo - s_hi)
+                if not (lo < lam < hi):
+                    break
+                predicted = g_lo + s_lo * (lam - lo)
+                g, s = _dual(lam, n, on_path, in_seg, acc, size, sup, mem, head, nxt, to, base_cap, cap,
+                             node_arc, source_arc, src, snk, level, cur, queue, stack, side,
+                             tensors, member_ptr, members, cost)
+                best = max(best, g)
+                if g >= predicted - 1e-9 * (1.0 + abs(predicted)):
+                    break  # the two planes meet on the dual: its maximum
+                if s > 0.0:
+                    lo, g_lo, s_lo = lam, g, s
+                else:
+                    hi, g_hi, s_hi = lam, g, s
+            out[i, e] = best
+    return out
+
+
+@njit(cache=True)
+def _dual(lam, n, on_path, in_seg, acc, size, sup, mem, head, nxt, to, base_cap, cap, node_arc,
+          source_arc, src, snk, level, cur, queue, stack, side, tensors, member_ptr, members, cost):
+    """(min_C time(C) + lam (size(C) - mem), size(C) - mem) for the minimising C; (inf, 0)
+    when every C needs a node it may not hold."""
+    cap[:] = base_cap
+    for v in range(n):
+        if (on_path[v] and not in_seg[v]) or not sup[v]:
+            cap[node_arc[v]] = BIG
+        else:
+            cap[node_arc[v]] = acc[v] + lam * size[v]
+        cap[source_arc[v]] = BIG if in_seg[v] else 0.0
+    flow = _max_flow(src, snk, head, nxt, to, cap, level, cur, queue, stack)
+    if flow >= BIG * 0.5:
+        return np.inf, 0.0
+    # the source side of a minimum cut: what the residual graph reaches from the source
+    side[:] = False
+    side[src] = True
+    queue[0] = src
+    qh, qt = 0, 1
+    while qh < qt:
+        x = queue[qh]
+        qh += 1
+        a = head[x]
+        while a >= 0:
+            y = to[a]
+            if cap[a] > 1e-12 and not side[y]:
+                side[y] = True
+                queue[qt] = y
+                qt += 1
+            a = nxt[a]
+    # time and size of C, summed directly (not flow - lam * size: no cancellation)
+    time = 0.0
+    used = 0.0
+    for v in range(n):
+        if side[v]:
+            time += acc[v]
+            used += size[v]
+    for j in range(len(tensors)):
+        inside = side[tensors[j]]
+        for t in range(member_ptr[j] + 1, member_ptr[j + 1]):
+            if side[members[t]] != inside:
+                time += cost[tensors[j]]
+                break
+    return time + lam * (used - mem), used - mem
+
+
+@njit(cache=True)
+def _max_flow(src, snk, head, nxt, to, cap, level, cur, queue, stack):
+    """Dinic's algorithm on the residual capacities ``cap`` (changed in place)."""
+    flow = 0.0
+    nv = len(head)
+    while True:
+        level[:] = -1
+        level[src] = 0
+        queue[0] = src
+        qh, qt = 0, 1
+        while qh < qt:
+            x = queue[qh]
+            qh += 1
+            if level[snk] >= 0 and level[x] >= level[snk]:
+                break
+            a = head[x]
+            while a >= 0:
+                y = to[a]
+                if cap[a] > 1e-12 and level[y] < 0:
+                    level[y] = level[x] + 1
+                    queue[qt] = y
+                    qt += 1
+                a = nxt[a]
+        if level[snk] < 0:
+            return flow
+        for x in range(nv):
+            cur[x] = head[x]
+        while True:  # blocking flow: augment along level paths until none is left
+            depth = 0
+            x = src
+            while x != snk:
+                a = cur[x]
+                while a >= 0 and not (cap[a] > 1e-12 and level[to[a]] == level[x] + 1):
+                    a = nxt[a]
+                cur[x] = a
+                if a >= 0:
+                    stack[depth] = a
+                    depth += 1
+                    x = to[a]
+                elif depth == 0:
+                    break
+                else:  # dead end: never enter x again in this phase
+                    level[x] = -1
+                    depth -= 1
+                    x = to[stack[depth] ^ 1]
+                    cur[x] = nxt[cur[x]]
+            if x != snk:
+                break
+            push = BIG
+            for d in range(depth):
+                if cap[stack[d]] < push:
+                    push = cap[stack[d]]
+            for d in range(depth):
+                cap[stack[d]] -= push
+                cap[stack[d] ^ 1] += push
+            flow += push

@@ -1,0 +1,103 @@
+"""The least call time of a path segment (solve/callcut.py), against enumeration.
+
+The enumeration tries every node set C that meets the path exactly in the segment and
+times it as the latency model does (each tensor entering or leaving C once, plus C's
+accelerator time); it never imports onnxsplit.solve.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
+from onnxsplit.solve import callcut, segments
+from onnxsplit.workload import Workload
+
+
+def _call_time(g, members: set) -> float:
+    t = sum(g.acc[v] for v in members)
+    for u in g.ids:
+        group = [u, *g.succs[u]]
+        if len(group) > 1 and any(m in members for m in group) and not all(m in members for m in group):
+            t += g.cost[u]
+    return t
+
+
+def _least_call(data, path_ids, i, e, mem, one_call):
+    """min time(C) over C with C ∩ path = path[i:e], supported, within mem, and (with
+    one_call) holding whole colour classes; None when no C qualifies."""
+    g = bf.view(data)
+    seg = set(path_ids[i:e])
+    off = [v for v in g.ids if v not in path_ids]
+    best = None
+    for bits in itertools.product((0, 1), repeat=len(off)):
+        c = seg | {v for v, b in zip(off, bits) if b}
+        if not all(g.sup[v] for v in c) or sum(g.size[v] for v in c) > mem:
+            continue
+        if one_call and any(g.cls[u] == g.cls[v] and (u in c) != (v in c) for u in g.ids for v in g.ids):
+            continue
+        t = _call_time(g, c)
+        best = t if best is None or t < best else best
+    return best
+
+
+def _case(seed):
+    data = bf.random_workload(seed, n_range=(3, 8), k_range=(1, 2), l_range=(1, 1), class_p=0.4)
+    w = Workload.from_paper_json(data)
+    rng = random.Random(seed)
+    path = segments.heaviest_path(w, np.array([rng.random() for _ in range(w.n)]))
+    return data, w, path
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_exact_when_memory_is_ample(seed):
+    # without a binding memory limit the Lagrangian is not needed: the cut is the least
+    data, w, path = _case(seed)
+    data = {**data, "maxSizePerFPGA": 1e9}
+    w = Workload.from_paper_json(data)
+    ids = [int(w.ids[v]) for v in path]
+    for pieces in (1, 2):
+        times = callcut.segment_call_times(w, path, pieces)
+        for i in range(len(path)):
+            for e in range(i + 1, len(path) + 1):
+                want = _least_call(data, ids, i, e, 1e9, pieces == 1)
+                if want is None:
+                    assert times[i, e] == np.inf
+                else:
+                    assert times[i, e] == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_below_the_least_call_within_memory(seed):
+    data, w, path = _case(seed)
+    mem = float(data["maxSizePerFPGA"])
+    ids = [int(w.ids[v]) for v in path]
+    times = callcut.segment_call_times(w, path, 1)
+    ample = callcut.segment_call_times(Workload.from_paper_json({**data, "maxSizePerFPGA": 1e9}), path, 1)
+    for i in range(len(path)):
+        for e in range(i + 1, len(path) + 1):
+            want = _least_call(data, ids, i, e, mem, True)
+            if want is None:
+                continue  # the Lagrangian may still give a finite value: no call, no claim
+            assert times[i, e] <= want * (1 + 1e-9) + 1e-9
+            assert times[i, e] >= ample[i, e] - 1e-9  # memory only adds
+
+
+def test_a_projection_branch_by_hand():
+    # 0 -> 1 -> 2 -> 3 (the path) and a branch 0 -> 4 -> 3.  A call running {1, 2} must
+    # also send 0's tensor to 4 and receive 4's, or take 4 in, which memory forbids.
+    from workloads import edge, node, workload
+
+    nodes = [node(i, cpu=10, acc=1, size=1) for i in range(4)] + [node(4, cpu=10, acc=1, size=5)]
+    edges = [edge(0, 1, 2.0), edge(1, 2, 2.0), edge(2, 3, 2.0), edge(0, 4, 2.0), edge(4, 3, 3.0)]
+    w = Workload.from_paper_json(workload(nodes, edges, k=2, l=1, mem=4))
+    times = callcut.segment_call_times(w, [0, 1, 2, 3], 1)
+    assert times[1, 3] == pytest.approx(2.0 + 2 + 2.0)  # 0's tensor in, compute, 2's tensor out
+    assert times[0, 2] == pytest.approx(2 + 2.0 + 2.0)  # 0's tensor leaves for 1's... and for 4 (once)
+    assert times[0, 4] == pytest.approx(4 + 2.0 + 3.0)  # 4 does not fit: 0's tensor out, 4's in
+    big = Workload.from_paper_json(workload(nodes, edges, k=2, l=1, mem=9))
+    assert callcut.segment_call_times(big, [0, 1, 2, 3], 1)[0, 4] == pytest.approx(5)  # all in one call
