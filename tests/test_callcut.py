@@ -87,17 +87,28 @@ def test_below_the_least_call_within_memory(seed):
             assert times[i, e] >= ample[i, e] - 1e-9  # memory only adds
 
 
-def test_a_projection_branch_by_hand():
-    # 0 -> 1 -> 2 -> 3 (the path) and a branch 0 -> 4 -> 3.  A call running {1, 2} must
-    # also send 0's tensor to 4 and receive 4's, or take 4 in, which memory forbids.
+def _projection_branch(mem):
+    # 0 -> 1 -> 2 -> 3 (the path) and a branch 0 -> 4 -> 3
     from workloads import edge, node, workload
 
     nodes = [node(i, cpu=10, acc=1, size=1) for i in range(4)] + [node(4, cpu=10, acc=1, size=5)]
     edges = [edge(0, 1, 2.0), edge(1, 2, 2.0), edge(2, 3, 2.0), edge(0, 4, 2.0), edge(4, 3, 3.0)]
-    w = Workload.from_paper_json(workload(nodes, edges, k=2, l=1, mem=4))
+    return Workload.from_paper_json(workload(nodes, edges, k=2, l=1, mem=mem))
+
+
+def test_a_projection_branch_by_hand():
+    # a call running {1, 2} must also send 0's tensor to 4 and receive 4's, or take 4
+    # in, which memory forbids
+    w = _projection_branch(mem=4)
     times = callcut.segment_call_times(w, [0, 1, 2, 3], 1)
     assert times[1, 3] == pytest.approx(2.0 + 2 + 2.0)  # 0's tensor in, compute, 2's tensor out
-    assert times[0, 2] == pytest.approx(2 + 2.0 + 2.0)  # 0's tensor leaves for 1's... and for 4 (once)
+    assert times[0, 2] == pytest.approx(2 + 2.0 + 2.0)  # 0's tensor once (to 1 inside, 4 outside), 1's out
     assert times[0, 4] == pytest.approx(4 + 2.0 + 3.0)  # 4 does not fit: 0's tensor out, 4's in
-    big = Workload.from_paper_json(workload(nodes, edges, k=2, l=1, mem=9))
-    assert callcut.segment_call_times(big, [0, 1, 2, 3], 1)[0, 4] == pytest.approx(5)  # all in one call
+    assert callcut.segment_call_times(_projection_branch(mem=9), [0, 1, 2, 3], 1)[0, 4] == pytest.approx(5)
+
+
+def test_past_its_deadline_it_claims_nothing():
+    w = _projection_branch(mem=4)
+    assert not callcut.segment_call_times(w, [0, 1, 2, 3], 1, deadline=0.0).any()
+    # the bound without the cuts sees only the path: less than with them
+    assert segments.latency_lower_bound(w, 1, seconds=0.0) < segments.latency_lower_bound(w, 1)

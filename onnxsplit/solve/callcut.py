@@ -24,6 +24,8 @@ cost a call transfers or memory the path alone does not see.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from numba import njit
 
@@ -32,22 +34,31 @@ from ..workload import Workload
 BIG = 1e18  # an arc no finite cut crosses
 
 
-def segment_call_times(w: Workload, seq, pieces: int = 1) -> np.ndarray:
+def segment_call_times(w: Workload, seq, pieces: int = 1, deadline: float | None = None) -> np.ndarray:
     """times[i, e]: a lower bound on the time of any accelerator call whose nodes on the
     path ``seq`` (node indices, in path order) are exactly seq[i:e]; inf where no call can
-    hold them (memory, support, or a colour class that would need a path node outside)."""
+    hold them (memory, support, or a colour class that would need a path node outside).
+    Past ``deadline`` (a time.perf_counter() value) the remaining rows stay 0: no claim."""
     seq = np.asarray(seq, dtype=np.int64)
-    net = _network(w, one_call_per_device=pieces == 1)
+    net = network(w, pieces)
     prefix = np.concatenate([[0.0], np.cumsum(w.size[seq].astype(np.float64))])
     on_path = np.zeros(w.n, dtype=np.bool_)
     on_path[seq] = True
-    return _least_call_times(seq, on_path, w.acc_latency.astype(np.float64), w.size.astype(np.float64),
-                             w.supported.astype(np.bool_), float(w.accelerator_memory) * (1 + 1e-12),
-                             prefix, *net)
+    out = np.zeros((len(seq) + 1, len(seq) + 1))
+    rows = 8
+    for i in range(0, len(seq), rows):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        _least_call_times(out, i, min(i + rows, len(seq)), seq, on_path, w.acc_latency.astype(np.float64),
+                          w.size.astype(np.float64), w.supported.astype(np.bool_),
+                          float(w.accelerator_memory) * (1 + 1e-12), prefix, *net)
+    return out
 
 
-def _network(w: Workload, one_call_per_device: bool):
-    """Arcs of the cut network (forward arc 2j, its reverse 2j+1), as arrays."""
+def network(w: Workload, pieces: int = 1):
+    """Arcs of the cut network (forward arc 2j, its reverse 2j+1), as arrays; with one
+    call per accelerator, a colour class is one call's or none's."""
+    one_call_per_device = pieces == 1
     n = w.n
     tensors = np.unique(w.edge_src)
     nv = n + 2 * len(tensors) + 2
@@ -101,70 +112,67 @@ def _network(w: Workload, one_call_per_device: bool):
 
 
 @njit(cache=True)
-def _least_call_times(seq, on_path, acc, size, sup, mem, prefix, head, nxt, to, base_cap, node_arc,
-                      source_arc, src, snk, tensors, member_ptr, members, cost):
+def _least_call_times(out, i_from, i_to, seq, on_path, acc, size, sup, mem, prefix, head, nxt, to, base_cap,
+                      node_arc, source_arc, src, snk, tensors, member_ptr, members, cost):
+    """Fill rows i_from..i_to-1 of ``out``."""
     L = len(seq)
     n = len(acc)
     nv = len(head)
-    out = np.full((L + 1, L + 1), np.inf)
-    cap = base_cap.copy()
-    level = np.empty(nv, dtype=np.int64)
-    cur = np.empty(nv, dtype=np.int64)
-    queue = np.empty(nv, dtype=np.int64)
-    stack = np.empty(nv + 1, dtype=np.int64)
-    side = np.zeros(nv, dtype=np.bool_)
+    work = (base_cap.copy(), np.empty(nv, dtype=np.int64), np.empty(nv, dtype=np.int64),
+            np.empty(nv, dtype=np.int64), np.empty(nv + 1, dtype=np.int64), np.zeros(nv, dtype=np.bool_))
+    graph = (head, nxt, to, base_cap, node_arc, source_arc, src, snk, tensors, member_ptr, members, cost)
     in_seg = np.zeros(n, dtype=np.bool_)
-    total = acc.sum() + cost.sum() + 1.0
     smallest = np.inf
     for v in range(n):
         if size[v] > 0 and size[v] < smallest:
             smallest = size[v]
-    lam_top = total / smallest if np.isfinite(smallest) else 0.0
-    for i in range(L):
+    # above this price of memory no node with a size is worth taking in
+    lam_top = (acc.sum() + cost.sum() + 1.0) / smallest if np.isfinite(smallest) else 0.0
+    for i in range(i_from, i_to):
         in_seg[:] = False
         for e in range(i + 1, L + 1):
-            v_new = seq[e - 1]
-            if prefix[e] - prefix[i] > mem or not sup[v_new]:
+            if prefix[e] - prefix[i] > mem or not sup[seq[e - 1]]:
+                out[i, e:] = np.inf  # and every longer segment
                 break
-            in_seg[v_new] = True
-            g0, s0 = _dual(0.0, n, on_path, in_seg, acc, size, sup, mem, head, nxt, to, base_cap, cap,
-                           node_arc, source_arc, src, snk, level, cur, queue, stack, side,
-                           tensors, member_ptr, members, cost)
-            if s0 <= 0.0 or not np.isfinite(g0):
-                out[i, e] = g0
-                continue
-            g1, s1 = _dual(lam_top, n, on_path, in_seg, acc, size, sup, mem, head, nxt, to, base_cap, cap,
-                           node_arc, source_arc, src, snk, level, cur, queue, stack, side,
-                           tensors, member_ptr, members, cost)
-            if s1 > 0.0 or not np.isfinite(g1):  # even the least call is over memory
-                continue
-            best = max(g0, g1)
-            lo, g_lo, s_lo = 0.0, g0, s0
-            hi, g_hi, s_hi = lam_top, g1, s1
-            for _ in range(40):
-                lam = (g_hi - g_lo + s_lo * lo - s_hi * hi) / (s_lo - s_hi)
-                if not (lo < lam < hi):
-                    break
-                predicted = g_lo + s_lo * (lam - lo)
-                g, s = _dual(lam, n, on_path, in_seg, acc, size, sup, mem, head, nxt, to, base_cap, cap,
-                             node_arc, source_arc, src, snk, level, cur, queue, stack, side,
-                             tensors, member_ptr, members, cost)
-                best = max(best, g)
-                if g >= predicted - 1e-9 * (1.0 + abs(predicted)):
-                    break  # the two planes meet on the dual: its maximum
-                if s > 0.0:
-                    lo, g_lo, s_lo = lam, g, s
-                else:
-                    hi, g_hi, s_hi = lam, g, s
-            out[i, e] = best
-    return out
+            in_seg[seq[e - 1]] = True
+            out[i, e] = _least_call(lam_top, on_path, in_seg, acc, size, sup, mem, graph, work)
 
 
 @njit(cache=True)
-def _dual(lam, n, on_path, in_seg, acc, size, sup, mem, head, nxt, to, base_cap, cap, node_arc,
-          source_arc, src, snk, level, cur, queue, stack, side, tensors, member_ptr, members, cost):
+def _least_call(lam_top, on_path, in_seg, acc, size, sup, mem, graph, work):
+    """The Lagrangian bound on the least call holding exactly ``in_seg`` of the path."""
+    g0, s0 = _dual(0.0, on_path, in_seg, acc, size, sup, mem, graph, work)
+    if s0 <= 0.0 or not np.isfinite(g0):  # the least call fits (or none can hold the segment)
+        return g0
+    g1, s1 = _dual(lam_top, on_path, in_seg, acc, size, sup, mem, graph, work)
+    if s1 > 0.0 or not np.isfinite(g1):  # even the least call is over memory
+        return np.inf
+    best = max(g0, g1)
+    lo, g_lo, s_lo = 0.0, g0, s0
+    hi, g_hi, s_hi = lam_top, g1, s1
+    for _ in range(40):
+        lam = (g_hi - g_lo + s_lo * lo - s_hi * hi) / (s_lo - s_hi)
+        if not (lo < lam < hi):
+            break
+        predicted = g_lo + s_lo * (lam - lo)
+        g, s = _dual(lam, on_path, in_seg, acc, size, sup, mem, graph, work)
+        best = max(best, g)
+        if g >= predicted - 1e-9 * (1.0 + abs(predicted)):
+            break  # the two planes meet on the dual: its maximum
+        if s > 0.0:
+            lo, g_lo, s_lo = lam, g, s
+        else:
+            hi, g_hi, s_hi = lam, g, s
+    return best
+
+
+@njit(cache=True)
+def _dual(lam, on_path, in_seg, acc, size, sup, mem, graph, work):
     """(min_C time(C) + lam (size(C) - mem), size(C) - mem) for the minimising C; (inf, 0)
     when every C needs a node it may not hold."""
+    head, nxt, to, base_cap, node_arc, source_arc, src, snk, tensors, member_ptr, members, cost = graph
+    cap, level, cur, queue, stack, side = work
+    n = len(acc)
     cap[:] = base_cap
     for v in range(n):
         if (on_path[v] and not in_seg[v]) or not sup[v]:

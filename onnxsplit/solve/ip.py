@@ -189,6 +189,7 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
 TRANSFER_FREE_SHARE = 0.3  # of the time limit, at most, for the transfer-free phase
 PAIRS_SHARE = 0.25  # of the time limit, at most, for the pairwise re-optimisation
 TRANSFER_FREE_GAP = 1e-4
+PATH_BOUND_SHARE = 0.25  # of the latency IP's time left, at most, for the path bound's cuts
 
 
 def _throughput_plan(w: Workload, assignment, value: float, lb: float, contiguous: bool,
@@ -405,7 +406,8 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     also caps the objective.  Identical accelerators are ordered by the first node of their
     first piece; a piece is used only if the one before it is.  The objective starts at
     the path bound (:func:`segments.latency_lower_bound`), which sees the memory limit
-    forcing layers apart where the LP relaxation does not; a warm start already within
+    forcing layers apart and the branches beside a path where the LP relaxation does
+    not (at most PATH_BOUND_SHARE of the time left); a warm start already within
     ``gap`` of it is returned without building the program.
     """
     import mip
@@ -432,7 +434,8 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     head = longest_paths(w, cheapest)[0]
     # the LP relaxation does not see the memory limit forcing layers apart; the best cut
     # of a few heavy paths does (segments.py), and bounds the objective from below
-    floor = max(float(head.max(initial=0.0)), latency_lower_bound(w, pieces))
+    path_seconds = PATH_BOUND_SHARE * max(0.0, time_limit - (time.perf_counter() - start_time))
+    floor = max(float(head.max(initial=0.0)), latency_lower_bound(w, pieces, seconds=path_seconds))
     details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub, "path_bound": floor}
     if start_plan is not None and gap_of(ub, floor) is not None and gap_of(ub, floor) <= gap:
         a, pc = start_plan  # the path bound already proves the warm start within the gap

@@ -134,28 +134,30 @@ def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, 
 
 # ---- the lower bound ----------------------------------------------------------------------------
 
-def latency_lower_bound(w: Workload, pieces: int = 1) -> float:
+def latency_lower_bound(w: Workload, pieces: int = 1, seconds: float = 30.0) -> float:
     """A latency no plan with at most ``pieces`` calls per accelerator beats: the best cut
     of each of a few heavy paths (longest by accelerator time, CPU time, memory, transfer
     cost, and their mixes), the largest of them.  Each accelerator segment costs at least
-    the least call that can run it, nodes off the path included (:mod:`callcut`)."""
+    the least call that can run it, nodes off the path included (:mod:`callcut`); those
+    cuts are computed for the most promising paths first, for at most ``seconds``."""
     from .callcut import segment_call_times
 
     if w.n == 0:
         return 0.0
+    deadline = time.perf_counter() + seconds
     slots = w.num_accelerators * pieces
     scale = lambda a: a / a.max() if a.size and a.max() > 0 else a  # noqa: E731
     weights = [w.acc_latency, w.cpu_latency, w.size, w.out_cost,
                scale(w.acc_latency) + scale(w.size), scale(w.size) + scale(w.out_cost),
                scale(w.acc_latency) + scale(w.size) + scale(w.out_cost)]
-    best = 0.0
-    seen: set[tuple[int, ...]] = set()
-    for weight in weights:
-        path = tuple(heaviest_path(w, weight))
-        if path in seen:
-            continue
-        seen.add(path)
-        best = max(best, cut_sequence(w, path, slots, call_times=segment_call_times(w, path, pieces))[0])
+    paths = list(dict.fromkeys(tuple(heaviest_path(w, weight)) for weight in weights))
+    alone = [cut_sequence(w, path, slots)[0] for path in paths]
+    best = max(alone)
+    for _, path in sorted(zip(alone, paths), reverse=True):
+        if time.perf_counter() > deadline:
+            break
+        times = segment_call_times(w, path, pieces, deadline)
+        best = max(best, cut_sequence(w, path, slots, call_times=times)[0])
     return best
 
 
