@@ -199,7 +199,9 @@ def _dual(lam, on_path, in_seg, acc, size, sup, mem, graph, work):
                 queue[qt] = y
                 qt += 1
             a = nxt[a]
-    # time and size of C, summed directly (not flow - lam * size: no cancellation)
+    # C's time and size summed directly (flow - lam * mem would cancel where lam is large);
+    # the flow's value, a feasible flow's, is never above the least cut: the smaller of
+    # the two stays a bound even where the flow stopped a rounding error short
     time = 0.0
     used = 0.0
     for v in range(n):
@@ -212,7 +214,7 @@ def _dual(lam, on_path, in_seg, acc, size, sup, mem, graph, work):
             if side[members[t]] != inside:
                 time += cost[tensors[j]]
                 break
-    return time + lam * (used - mem), used - mem
+    return min(time + lam * (used - mem), flow - lam * mem), used - mem
 
 
 @njit(cache=True)
