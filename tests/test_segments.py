@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import numpy as np
 import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
@@ -136,3 +137,11 @@ def test_latency_ip_plan_never_worse_than_latency_dp():
     quick = api.solve(w, "latency", "latency_dp")
     plan = ip.solve_latency(w, time_limit=20, warm_start=quick.assignment)
     assert plan.value <= quick.value * (1 + 1e-9)
+
+
+def test_sources_move_to_just_before_their_first_consumer():
+    # blocks 0, 1 are sources (weights); 2 -> 3; 0 feeds 3, 1 feeds 2
+    succ = [[3], [2], [3], []]
+    indegree = np.array([0, 0, 1, 2])
+    assert segments._sources_late([0, 1, 2, 3], succ, indegree) == [1, 2, 0, 3]
+    assert segments._sources_late([1, 0, 2, 3], succ, indegree) == [1, 2, 0, 3]

@@ -233,7 +233,7 @@ def _block_orders(blocks, order_pos: np.ndarray) -> list[list[int]]:
     """Topological orders of the blocks, whose cuts differ: the reference's (depth-first-
     ish), ready blocks taken earliest-first and latest-first, and RANDOM_ORDERS random
     ones (each step continues the newest ready block with probability 0, 1/2 or 9/10, or
-    takes any ready one).  On Inception-v3 the random ones cut 1312 to 1278: which of a
+    takes any ready one); each also with its source blocks moved late (:func:`_sources_late`).  On Inception-v3 the random ones cut 1312 to 1278: which of a
     module's branches ends up next to the following module decides what one call holds."""
     import heapq
     import random
@@ -275,4 +275,22 @@ def _block_orders(blocks, order_pos: np.ndarray) -> list[list[int]]:
                     ready.append(t)
         if len(out) == nb:
             orders.append(out)
-    return orders
+    return orders + [_sources_late(order, succ, indegree) for order in orders]
+
+
+def _sources_late(order: list[int], succ, indegree: np.ndarray) -> list[int]:
+    """``order`` with every source block (a weight, a constant) moved to just before its
+    first consumer: an interval of the order then holds a layer with its weights (on a
+    ResNet-50 whose weights are ConstantOfShape nodes, latency 8.46 -> 8.35 ms)."""
+    at = {b: i for i, b in enumerate(order)}
+    before: dict[int, list[int]] = {}
+    for b in order:
+        if indegree[b] == 0:
+            first = min((at[t] for t in succ[b]), default=len(order))
+            before.setdefault(first, []).append(b)
+    out = []
+    for i, b in enumerate(order):
+        out += before.get(i, [])
+        if indegree[b] != 0:
+            out.append(b)
+    return out + before.get(len(order), [])
