@@ -168,3 +168,21 @@ def test_transfer_free_phase_bounds_the_optimum(seed):
     assert bound >= best_free * (1 - 2e-4) - 1e-9  # solved to its 1e-4 gap
     assert plan.lower_bound <= best * (1 + 1e-6) + 1e-9
     assert plan.value == pytest.approx(best, rel=1e-6)
+
+
+def test_transfer_free_phase_is_skipped_only_where_it_cannot_prove_one_percent():
+    from workloads import edge, node, workload
+
+    def chain(cost):
+        nodes = [node(i, cpu=100, acc=1.0) for i in range(4)]
+        return Workload.from_paper_json(workload(nodes, [edge(i, i + 1, cost) for i in range(3)], k=2, l=1))
+
+    split = {0: "acc0", 1: "acc0", 2: "acc1", 3: "acc1"}
+    heavy, light = chain(1.0), chain(0.001)
+    # loads: compute 2 on each accelerator, plus the one crossing tensor
+    assert not ip._transfer_free_can_prove(heavy, split, 3.0, 0.001, False)  # 2 < 3 * 0.99
+    assert ip._transfer_free_can_prove(light, split, 2.001, 0.001, False)  # 2 >= 2.001 * 0.99
+    assert ip._transfer_free_can_prove(heavy, None, 3.0, 0.001, False)  # no start: no claim
+    plan = ip.solve_throughput(heavy, time_limit=20, warm_start=split)
+    assert plan.details["transfer_free_bound"] is None  # skipped
+    assert plan.lower_bound <= plan.value and evaluate.check(heavy, plan.assignment) == []
