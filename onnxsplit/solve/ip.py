@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import OnnxsplitError, SolveError, SplitError
 from ..plan import Plan, gap_of
 from ..workload import Workload
-from . import evaluate, pairs
+from . import evaluate, pairs, subgraph
 from .bounds import packing_bound
 from .segments import latency_lower_bound, longest_paths
 
@@ -112,13 +112,17 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                      gap: float = 0.001, threads: int | None = None, verbose: bool = False) -> Plan:
     """Min max-load by integer programming; returns the best plan with its proven bound.
 
-    Two phases share ``time_limit``.  First (at most TRANSFER_FREE_SHARE of it) the same
+    The phases share ``time_limit``.  First (at most TRANSFER_FREE_SHARE of it) the same
     program without transfers: far smaller, it is often solved outright, and its bound
     holds for the full program (transfers only add load) -- on layer graphs, whose
-    transfers are small, it is most of the proof.  Its plan, scored with transfers, is a
-    second warm start.  The better start is improved by re-dividing two devices' classes
-    at a time (:mod:`pairs`, at most PAIRS_SHARE of the time).  Then the full program;
-    the proven bound is the larger of the two.
+    transfers are small, it is most of the proof (skipped where it cannot prove 1%:
+    :func:`_transfer_free_can_prove`).  Its plan, scored with transfers, is a second warm
+    start.  The better start is improved by re-dividing two devices' classes
+    at a time (:mod:`pairs`, at most PAIRS_SHARE of the time).  Where the transfer-free
+    phase was skipped and the gap is still open, prefixes and suffixes of the graph are
+    solved for bounds (:mod:`subgraph`, at most PARTS_SHARE): a part is often far easier
+    than the whole and as hard.  Then the full
+    program; the proven bound is the largest of them.
     """
     import mip
 
@@ -137,7 +141,8 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     relaxed_bound = None
     packing = floor
     phase_start = time.perf_counter()
-    if cl.hyper and w.num_accelerators and _transfer_free_can_prove(w, best_start, best_value, gap, split_passes):
+    transfer_heavy = not _transfer_free_can_prove(w, best_start, best_value, gap, split_passes)
+    if cl.hyper and w.num_accelerators and not transfer_heavy:
         # no warm start here: on GNMT training HiGHS closed this program in 19 s from
         # scratch and not in 40 s from the DP's plan
         relaxed = _ThroughputIP(w, cl, transfers=False, floor=floor, gap=min(gap, TRANSFER_FREE_GAP), **opts)
@@ -163,8 +168,17 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                "transfer_free_bound": relaxed_bound, "transfer_free_seconds": transfer_free_seconds,
                "pairs": [pairs_from, best_value], "pairs_seconds": time.perf_counter() - phase_start}
     method = "ip_contiguous" if contiguous else "ip"
+    if transfer_heavy and gap_of(best_value, floor) is not None and gap_of(best_value, floor) > gap:
+        # where transfers are much of the load the relaxations without them say little, and
+        # parts of the graph can be far easier to prove than the whole (subgraph.py)
+        phase_start = time.perf_counter()
+        part = subgraph.grown_part_bounds(
+            w, best_start, time_limit * PARTS_SHARE, best_value * (1 - gap),
+            lambda sub, sub_start, seconds: _part_bound(sub, sub_start, seconds, gap, opts))
+        details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
+        floor = max(floor, part) if part is not None else floor
     if best_start is not None and gap_of(best_value, floor) is not None and gap_of(best_value, floor) <= gap:
-        # the transfer-free bound already proves the best start within the gap
+        # the transfer-free or a part's bound already proves the best start within the gap
         return _throughput_plan(w, best_start, best_value, floor, contiguous, split_passes, True,
                                 method, time.perf_counter() - start, details)
     # T's floor in the full program stays the packing bound: the transfer-free bound there
@@ -205,7 +219,24 @@ def _transfer_free_can_prove(w: Workload, start: dict[int, str] | None, value: f
     return float((loads - paid).max()) >= value * (1 - max(gap, 0.01))
 
 
+def _part_bound(sub: Workload, start: dict[int, str], seconds: float, gap: float, opts: dict):
+    """(the proven lower bound of the full program on a sub-workload, whether it proved
+    the part optimal within ``gap``), warm-started from the plan restricted to it."""
+    import mip
+
+    cl = build_classes(sub)
+    floor = 0.0 if opts["split_passes"] else packing_bound(*cl.device_costs(), sub.num_accelerators, sub.num_cpus)
+    floor = floor if np.isfinite(floor) else 0.0
+    program = _ThroughputIP(sub, cl, transfers=True, floor=floor, gap=gap, **opts)
+    if start and len(start) == sub.n:
+        program.warm(start)
+    status = program.optimize(seconds)
+    bound = program.bound()
+    return max(bound, floor) if bound is not None else floor, status == mip.OptimizationStatus.OPTIMAL
+
+
 TRANSFER_FREE_SHARE = 0.3  # of the time limit, at most, for the transfer-free phase
+PARTS_SHARE = 0.3  # of the time limit, at most, for the bounds on parts of the graph
 PAIRS_SHARE = 0.25  # of the time limit, at most, for the pairwise re-optimisation
 TRANSFER_FREE_GAP = 1e-4
 PATH_BOUND_SHARE = 0.25  # of the latency IP's time left, at most, for the path bound's cuts

@@ -1,0 +1,64 @@
+"""Lower bounds from part of the graph.
+
+Restricted to a subset U of the nodes, every plan stays a plan of the sub-workload (U's
+nodes, the edges among them) and no device's load grows: it keeps part of its work and
+only tensors both made and used in U, each still charged at most once.  So the proven
+optimum of the sub-workload -- even a bound short of it -- is a lower bound for the
+whole.  A part can be far easier to solve than the whole and still hold what makes it
+hard: on op-level ResNet-50 the first 60% of the nodes already need max load 124.35 (the
+DP's value for the whole), proven in seconds, while the whole program takes 275 s.
+
+:func:`grown_part_bounds` solves prefixes and suffixes of a topological order, growing
+each while the solver still proves its part optimal within the time given.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from ..workload import Workload
+
+FRACTIONS = (0.5, 0.6, 0.7, 0.8, 0.9)  # of the nodes, prefixes and suffixes grown in turn
+
+
+def restricted(w: Workload, keep: np.ndarray) -> Workload:
+    """The sub-workload of the nodes in ``keep`` (a node mask) and the edges among them."""
+    ids = set(int(i) for i in w.ids[keep])
+    return w.replace(nodes=tuple(n for n in w.nodes if n.id in ids),
+                     edges=tuple(e for e in w.edges if e.source in ids and e.dest in ids))
+
+
+def grown_part_bounds(w: Workload, start: dict[int, str], seconds: float, enough: float,
+                      solve: Callable[[Workload, dict[int, str], float], tuple[float | None, bool]]) -> float | None:
+    """The best lower bound proven on prefixes and suffixes of a topological order.
+
+    ``solve(sub, sub_start, seconds)`` returns (a proven lower bound or None, whether it
+    proved the part optimal); ``start`` restricted to the part is its warm start.  A side
+    stops growing when its part was not proven optimal; everything stops at ``enough``
+    or after ``seconds``."""
+    deadline = time.perf_counter() + seconds
+    order = np.array(w.topological_order, dtype=np.int64)
+    best = None
+    for side in ("prefix", "suffix"):
+        for fraction in FRACTIONS:
+            left = deadline - time.perf_counter()
+            if left <= 0.5:
+                return best
+            m = int(round(fraction * w.n))
+            if m < 2 or m >= w.n:
+                continue
+            keep = np.zeros(w.n, dtype=bool)
+            keep[order[:m] if side == "prefix" else order[w.n - m:]] = True
+            sub = restricted(w, keep)
+            ids = set(int(i) for i in sub.ids)
+            bound, solved = solve(sub, {i: d for i, d in start.items() if i in ids}, left / 2)
+            if bound is not None:
+                best = bound if best is None else max(best, bound)
+                if best >= enough:
+                    return best
+            if not solved:
+                break
+    return best
