@@ -119,9 +119,10 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     :func:`_transfer_free_can_prove`).  Its plan, scored with transfers, is a second warm
     start.  The better start is improved by re-dividing two devices' classes
     at a time (:mod:`pairs`, at most PAIRS_SHARE of the time).  Where the transfer-free
-    phase was skipped and the gap is still open, prefixes and suffixes of the graph are
-    solved for bounds (:mod:`subgraph`, at most PARTS_SHARE): a part is often far easier
-    than the whole and as hard.  Then the full
+    phase was skipped and the gap is still open, the full program gets a short try
+    (FIRST_TRY_SHARE); if that does not prove the gap, prefixes and suffixes of the graph
+    are solved for bounds (:mod:`subgraph`, at most PARTS_SHARE): a part is often far
+    easier than the whole and as hard.  Then the full
     program; the proven bound is the largest of them.
     """
     import mip
@@ -168,9 +169,21 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                "transfer_free_bound": relaxed_bound, "transfer_free_seconds": transfer_free_seconds,
                "pairs": [pairs_from, best_value], "pairs_seconds": time.perf_counter() - phase_start}
     method = "ip_contiguous" if contiguous else "ip"
+    full, status = None, None
     if transfer_heavy and gap_of(best_value, floor) is not None and gap_of(best_value, floor) > gap:
         # where transfers are much of the load the relaxations without them say little, and
-        # parts of the graph can be far easier to prove than the whole (subgraph.py)
+        # parts of the graph can be far easier to prove than the whole (subgraph.py); the
+        # full program first gets a short try (op-level BERT: proven in about 2 s)
+        full = _ThroughputIP(w, cl, transfers=True, floor=packing, gap=gap, **opts)
+        full.warm(best_start)
+        status = full.optimize(time_limit * FIRST_TRY_SHARE)
+    if status is not None and status != mip.OptimizationStatus.OPTIMAL:
+        # not proven: keep what it found, then the parts, then the full program afresh
+        floor = max(floor, full.bound() or 0.0)
+        candidate = full.assignment()
+        if candidate is not None and _scored_start(w, candidate, contiguous, split_passes)[1] < best_value:
+            best_start, best_value = candidate, _scored_start(w, candidate, contiguous, split_passes)[1]
+        full, status = None, None
         phase_start = time.perf_counter()
         part = subgraph.grown_part_bounds(
             w, best_start, time_limit * PARTS_SHARE, best_value * (1 - gap),
@@ -184,10 +197,11 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     # T's floor in the full program stays the packing bound: the transfer-free bound there
     # left the bound where it was and the plans worse (ResNet-50 inference, 80 s: 33.58
     # against 33.47); it joins the proven bound at the end instead
-    full = _ThroughputIP(w, cl, transfers=True, floor=packing, gap=gap, **opts)
-    if best_start is not None:
-        full.warm(best_start)
-    status = full.optimize(max(1.0, left()))
+    if full is None:
+        full = _ThroughputIP(w, cl, transfers=True, floor=packing, gap=gap, **opts)
+        if best_start is not None:
+            full.warm(best_start)
+        status = full.optimize(max(1.0, left()))
     seconds = time.perf_counter() - start
     details["ip_objective"] = full.model.objective_value if full.model.num_solutions else None
     assignment = full.assignment()
@@ -237,6 +251,7 @@ def _part_bound(sub: Workload, start: dict[int, str], seconds: float, gap: float
 
 TRANSFER_FREE_SHARE = 0.3  # of the time limit, at most, for the transfer-free phase
 PARTS_SHARE = 0.3  # of the time limit, at most, for the bounds on parts of the graph
+FIRST_TRY_SHARE = 0.1  # of the time limit, for the full program before the parts
 PAIRS_SHARE = 0.25  # of the time limit, at most, for the pairwise re-optimisation
 TRANSFER_FREE_GAP = 1e-4
 PATH_BOUND_SHARE = 0.25  # of the latency IP's time left, at most, for the path bound's cuts
