@@ -40,7 +40,7 @@ def segment_call_times(w: Workload, seq, pieces: int = 1, deadline: float | None
     hold them (memory, support, or a colour class that would need a path node outside).
     Past ``deadline`` (a time.perf_counter() value) the remaining rows stay 0: no claim."""
     seq = np.asarray(seq, dtype=np.int64)
-    net = network(w, pieces)
+    net = _network(w, pieces)
     prefix = np.concatenate([[0.0], np.cumsum(w.size[seq].astype(np.float64))])
     on_path = np.zeros(w.n, dtype=np.bool_)
     on_path[seq] = True
@@ -55,7 +55,7 @@ def segment_call_times(w: Workload, seq, pieces: int = 1, deadline: float | None
     return out
 
 
-def network(w: Workload, pieces: int = 1):
+def _network(w: Workload, pieces: int = 1):
     """Arcs of the cut network (forward arc 2j, its reverse 2j+1), as arrays; with one
     call per accelerator, a colour class is one call's or none's."""
     one_call_per_device = pieces == 1

@@ -117,13 +117,13 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     holds for the full program (transfers only add load) -- on layer graphs, whose
     transfers are small, it is most of the proof (skipped where it cannot prove 1%:
     :func:`_transfer_free_can_prove`).  Its plan, scored with transfers, is a second warm
-    start.  The better start is improved by re-dividing two devices' classes
-    at a time (:mod:`pairs`, at most PAIRS_SHARE of the time).  Where the transfer-free
-    phase was skipped and the gap is still open, the full program gets a short try
+    start.  The better start is improved by re-dividing two devices' classes at a time
+    (:mod:`pairs`, at most PAIRS_SHARE of the time).  Where the transfer-free phase was
+    skipped and the gap is still open, the full program gets a short try
     (FIRST_TRY_SHARE); if that does not prove the gap, prefixes and suffixes of the graph
     are solved for bounds (:mod:`subgraph`, at most PARTS_SHARE): a part is often far
-    easier than the whole and as hard.  Then the full
-    program; the proven bound is the largest of them.
+    easier than the whole and as hard.  Then the full program; the proven bound is the
+    largest of them.
     """
     import mip
 
@@ -134,13 +134,18 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
         return time_limit - (time.perf_counter() - start)
 
     # a packing bound the LP relaxation cannot see (bounds.py): T starts there
-    floor = 0.0 if split_passes else packing_bound(*cl.device_costs(), w.num_accelerators, w.num_cpus)
-    floor = floor if np.isfinite(floor) else 0.0
+    floor = packing = _packing_floor(w, cl, split_passes)
     opts = dict(contiguous=contiguous, split_passes=split_passes, solver=solver, threads=threads,
                 verbose=verbose)
     best_start, best_value = _scored_start(w, warm_start, contiguous, split_passes)
+
+    def keep_if_better(candidate):
+        nonlocal best_start, best_value
+        value = _scored_start(w, candidate, contiguous, split_passes)[1]
+        if value < best_value:
+            best_start, best_value = candidate, value
+
     relaxed_bound = None
-    packing = floor
     phase_start = time.perf_counter()
     transfer_heavy = not _transfer_free_can_prove(w, best_start, best_value, gap, split_passes)
     if cl.hyper and w.num_accelerators and not transfer_heavy:
@@ -151,11 +156,7 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
         relaxed_bound = relaxed.bound()
         if relaxed_bound is not None:
             floor = max(floor, relaxed_bound)
-        candidate = relaxed.assignment()
-        if candidate is not None:
-            value = _scored_start(w, candidate, contiguous, split_passes)[1]
-            if value < best_value:
-                best_start, best_value = candidate, value
+        keep_if_better(relaxed.assignment())
     transfer_free_seconds = time.perf_counter() - phase_start
     pairs_from = best_value
     phase_start = time.perf_counter()
@@ -169,7 +170,7 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                "transfer_free_bound": relaxed_bound, "transfer_free_seconds": transfer_free_seconds,
                "pairs": [pairs_from, best_value], "pairs_seconds": time.perf_counter() - phase_start}
     method = "ip_contiguous" if contiguous else "ip"
-    full, status = None, None
+    full = status = None
     if transfer_heavy and gap_of(best_value, floor) is not None and gap_of(best_value, floor) > gap:
         # where transfers are much of the load the relaxations without them say little, and
         # parts of the graph can be far easier to prove than the whole (subgraph.py); the
@@ -177,19 +178,17 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
         full = _ThroughputIP(w, cl, transfers=True, floor=packing, gap=gap, **opts)
         full.warm(best_start)
         status = full.optimize(time_limit * FIRST_TRY_SHARE)
-    if status is not None and status != mip.OptimizationStatus.OPTIMAL:
-        # not proven: keep what it found, then the parts, then the full program afresh
-        floor = max(floor, full.bound() or 0.0)
-        candidate = full.assignment()
-        if candidate is not None and _scored_start(w, candidate, contiguous, split_passes)[1] < best_value:
-            best_start, best_value = candidate, _scored_start(w, candidate, contiguous, split_passes)[1]
-        full, status = None, None
-        phase_start = time.perf_counter()
-        part = subgraph.grown_part_bounds(
-            w, best_start, time_limit * PARTS_SHARE, best_value * (1 - gap),
-            lambda sub, sub_start, seconds: _part_bound(sub, sub_start, seconds, gap, opts))
-        details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
-        floor = max(floor, part) if part is not None else floor
+        if status != mip.OptimizationStatus.OPTIMAL:
+            # not proven: keep what it found, then the parts, then the full program afresh
+            floor = max(floor, full.bound() or 0.0)
+            keep_if_better(full.assignment())
+            full = status = None
+            phase_start = time.perf_counter()
+            part = subgraph.grown_part_bounds(
+                w, best_start, time_limit * PARTS_SHARE, best_value * (1 - gap),
+                lambda sub, sub_start, seconds: _part_bound(sub, sub_start, seconds, gap, opts))
+            details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
+            floor = max(floor, part) if part is not None else floor
     if best_start is not None and gap_of(best_value, floor) is not None and gap_of(best_value, floor) <= gap:
         # the transfer-free or a part's bound already proves the best start within the gap
         return _throughput_plan(w, best_start, best_value, floor, contiguous, split_passes, True,
@@ -233,14 +232,20 @@ def _transfer_free_can_prove(w: Workload, start: dict[int, str] | None, value: f
     return float((loads - paid).max()) >= value * (1 - max(gap, 0.01))
 
 
+def _packing_floor(w: Workload, cl: Classes, split_passes: bool) -> float:
+    """The packing bound (bounds.py) as T's floor; 0 where it says nothing (or for the
+    max forward + max backward objective, which it does not bound)."""
+    floor = 0.0 if split_passes else packing_bound(*cl.device_costs(), w.num_accelerators, w.num_cpus)
+    return floor if np.isfinite(floor) else 0.0
+
+
 def _part_bound(sub: Workload, start: dict[int, str], seconds: float, gap: float, opts: dict):
     """(the proven lower bound of the full program on a sub-workload, whether it proved
     the part optimal within ``gap``), warm-started from the plan restricted to it."""
     import mip
 
     cl = build_classes(sub)
-    floor = 0.0 if opts["split_passes"] else packing_bound(*cl.device_costs(), sub.num_accelerators, sub.num_cpus)
-    floor = floor if np.isfinite(floor) else 0.0
+    floor = _packing_floor(sub, cl, opts["split_passes"])
     program = _ThroughputIP(sub, cl, transfers=True, floor=floor, gap=gap, **opts)
     if start and len(start) == sub.n:
         program.warm(start)
