@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .errors import OnnxsplitError
+from .errors import OnnxsplitError, SolveError
 from .plan import Plan, read_split
 from .workload import Workload
 
@@ -16,6 +16,7 @@ METHODS = {
     "dp_linear": ("throughput",),
     "ip": ("throughput", "latency"),
     "latency_dp": ("latency",),
+    "latency_series": ("latency",),
     # baselines (onnxsplit/solve/baselines.py): the paper's, and what users get today
     "greedy": ("latency", "throughput"),
     "local_search": ("throughput",),
@@ -70,6 +71,14 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
         from .solve import segments
 
         return segments.sequence_split(workload)
+    if method == "latency_series":
+        from .solve import series
+
+        plan = series.series_split(workload, time_limit)
+        if plan is None:
+            raise SolveError("latency_series needs a graph with at least two cut vertices (nodes every "
+                             "input-to-output path passes through), an accelerator and a CPU")
+        return plan
     if method in ("dp", "dp_linear"):
         return dp.solve(workload, linear_only=(method == "dp_linear"), time_limit=time_limit)
     from .solve import ip
@@ -77,7 +86,7 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
     # the warm start's time counts: against the time limit, and in the plan's seconds
     began = time.perf_counter()
     if objective == "latency":
-        start = _latency_warm_start(workload) if warm_start else None
+        start = _latency_warm_start(workload, SERIES_SHARE * time_limit) if warm_start else None
         spent = time.perf_counter() - began
         plan = ip.solve_latency(workload, pieces=pieces, time_limit=max(1.0, time_limit - spent), solver=solver,
                                 warm_start=start)
@@ -96,6 +105,7 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
 QUICK_THROUGHPUT = (("dp_linear", "throughput"), ("local_search", "throughput"))
 QUICK_LATENCY = (("latency_dp", "latency"), ("greedy", "latency"), ("hetero_greedy", "latency"),
                  ("dp_linear", "throughput"), ("pipedream", "throughput"))
+SERIES_SHARE = 0.25  # of the latency IP's time limit, at most, for the plans composed along cut vertices
 
 
 def _best_quick_plan(workload: Workload, candidates, objective: str) -> dict[int, str] | None:
@@ -119,14 +129,21 @@ def _throughput_warm_start(workload: Workload) -> dict[int, str] | None:
     return _best_quick_plan(workload, QUICK_THROUGHPUT, "throughput")
 
 
-def _latency_warm_start(workload: Workload) -> dict[int, str] | None:
+def _latency_warm_start(workload: Workload, seconds: float) -> dict[int, str] | None:
     """The best valid latency among the latency DP over topological orders, the paper's
-    greedy, HETERO's greedy, and the splits of the linearized max-load DP and PipeDream."""
-    return _best_quick_plan(workload, QUICK_LATENCY, "latency")
+    greedy, HETERO's greedy, the splits of the linearized max-load DP and PipeDream, and
+    the plans composed along the graph's cut vertices (at most ``seconds`` for those)."""
+    from .solve import evaluate, series
+
+    best = _best_quick_plan(workload, QUICK_LATENCY, "latency")
+    composed = series.series_split(workload, seconds)
+    if composed is not None and (best is None or composed.value < evaluate.latency(workload, best).value):
+        return composed.assignment
+    return best
 
 
-COMPARED = ("dp", "dp_linear", "ip", "latency_dp", "greedy", "local_search", "pipedream", "scotch", "metis",
-            "one_accelerator", "all_cpu", "ort_default", "hetero_greedy")
+COMPARED = ("dp", "dp_linear", "ip", "latency_dp", "latency_series", "greedy", "local_search", "pipedream", "scotch",
+            "metis", "one_accelerator", "all_cpu", "ort_default", "hetero_greedy")
 
 
 def compare(workload: Workload, objective: str = "throughput", *, time_limit: float = 60.0,

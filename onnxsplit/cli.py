@@ -54,8 +54,8 @@ examples:
 COMMANDS = ("split", "export", "run", "solve", "compare", "evaluate", "profile", "workload",
             "devices")
 
-METHOD_CHOICES = ["dp", "dp_linear", "ip", "latency_dp", "greedy", "local_search", "pipedream", "scotch", "metis", "one_accelerator",
-                  "all_cpu", "given", "ort_default", "hetero_greedy"]
+METHOD_CHOICES = ["dp", "dp_linear", "ip", "latency_dp", "latency_series", "greedy", "local_search", "pipedream",
+                  "scotch", "metis", "one_accelerator", "all_cpu", "given", "ort_default", "hetero_greedy"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="dp: exact DP over ideals (optimal contiguous pipeline); "
                         "dp_linear: the same DP along a few topological orders (fast upper bound); "
                         "ip: integer program (both objectives); "
-                        "latency_dp: latency, a topological order cut into accelerator calls and CPU runs. "
+                        "latency_dp: latency, a topological order cut into accelerator calls and CPU runs; "
+                        "latency_series: latency, blocks between cut vertices in calls or solved alone. "
                         "Baselines: greedy (the paper's latency greedy), local_search, pipedream, "
                         "scotch, metis, one_accelerator, all_cpu, given (--split FILE), "
                         "ort_default (ONNX Runtime: supported nodes on one accelerator, the rest on CPU), "

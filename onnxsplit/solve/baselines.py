@@ -118,7 +118,8 @@ def _need_devices(workload: Workload, acc: bool = False, cpu: bool = False, meth
         raise SolveError(f"method '{method}' needs a CPU core; the workload has none")
 
 
-def _class_members(workload: Workload) -> list[np.ndarray]:
+def class_members(workload: Workload) -> list[np.ndarray]:
+    """The nodes of each colour class, by class label."""
     label = workload.color_class
     order = np.argsort(label, kind="stable")
     cuts = np.searchsorted(label[order], np.arange(int(label.max(initial=-1)) + 2))
@@ -283,7 +284,7 @@ def hetero_greedy(workload: Workload, objective: str = "throughput") -> Plan:
 
     start = time.perf_counter()
     k, memory = workload.num_accelerators, workload.accelerator_memory
-    members = _class_members(workload)
+    members = class_members(workload)
     label = workload.color_class
     class_size = np.array([workload.size[m].sum() for m in members])
     class_unsup = np.array([bool((~workload.supported[m]).any()) for m in members], dtype=bool)

@@ -1,0 +1,103 @@
+"""Latency plans composed along cut vertices (solve/series.py), against brute force.
+
+Cut vertices are checked against an enumeration of every input-to-output path
+(networkx); plans against tests/bruteforce.py's own latency model and exhaustive optimum.
+"""
+
+from __future__ import annotations
+
+import random
+
+import networkx as nx
+import pytest
+
+import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
+from conftest import PAPER, needs_paper  # noqa: E402
+from onnxsplit import api
+from onnxsplit.errors import SolveError
+from onnxsplit.solve import evaluate, segments, series
+from onnxsplit.workload import Workload
+from test_segments import _brute_min, _chain
+from workloads import edge, node, workload
+
+
+def _cut_vertices_by_paths(w: Workload) -> set[int]:
+    g = nx.DiGraph()
+    g.add_nodes_from(range(w.n))
+    g.add_edges_from(zip(w.edge_src.tolist(), w.edge_dst.tolist()))
+    sources = [v for v in g if g.in_degree(v) == 0]
+    if len(sources) > 1:
+        g.remove_nodes_from(sources)
+    paths = [p for s in g if g.in_degree(s) == 0 for t in g if g.out_degree(t) == 0
+             for p in (nx.all_simple_paths(g, s, t) if s != t else [[s]])]
+    return set.intersection(*(set(p) for p in paths)) if paths else set()
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_cut_vertices_are_on_every_path(seed):
+    w = Workload.from_paper_json(bf.random_workload(seed, n_range=(2, 9), k_range=(1, 2), l_range=(1, 1)))
+    assert set(series.cut_vertices(w)) == _cut_vertices_by_paths(w)
+
+
+def _modules(seed: int) -> dict:
+    """A chain of fork-join modules (2 or 3 branches of 1 or 2 nodes), Inception-like:
+    CPU 10x slower, tensors worth moving or not, memory that sometimes binds."""
+    rng = random.Random(seed)
+    nodes, edges, cost = [node(0, cpu=rng.uniform(2, 20), acc=rng.uniform(0.2, 2), size=rng.uniform(0.5, 2))], [], {}
+    fork = 0
+    for _ in range(rng.choice((1, 2))):
+        ends = []
+        for _ in range(rng.choice((2, 3)) if len(nodes) < 5 else 2):
+            prev = fork
+            for _ in range(rng.choice((1, 2)) if len(nodes) < 6 else 1):
+                v = len(nodes)
+                acc = rng.uniform(0.2, 2)
+                nodes.append(node(v, cpu=round(10 * acc, 3), acc=round(acc, 3), size=round(rng.uniform(0.5, 2), 3)))
+                edges.append((prev, v))
+                prev = v
+            ends.append(prev)
+        join = len(nodes)
+        nodes.append(node(join, cpu=0.0, acc=0.0, size=round(rng.uniform(0.2, 1), 3)))
+        edges += [(e, join) for e in ends]
+        fork = join
+    cost = {v: round(rng.uniform(0.1, 6), 3) for v in range(len(nodes))}
+    return workload(nodes, [edge(s, t, cost[s]) for s, t in edges], k=rng.choice((2, 3)), l=1,
+                    mem=round(rng.uniform(2, 6), 3))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_series_plan_is_valid_and_its_composed_latency_is_exact(seed):
+    data = _modules(seed)
+    w = Workload.from_paper_json(data)
+    plan = series.series_split(w, 30)
+    assert plan is not None and plan.status == "feasible"
+    assert evaluate.check(w, plan.assignment) == []
+    # one source: every edge stays inside a block, so the DP's value is the plan's latency
+    assert plan.details["composed_latency"] == pytest.approx(plan.value, rel=1e-9)
+    assert plan.value == pytest.approx(bf.latency(data, plan.assignment), rel=1e-9)
+    assert plan.value >= _brute_min(data, 1) * (1 - 1e-9) - 1e-9
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_series_plan_is_optimal_on_a_chain(seed):
+    # on a chain every node is a cut vertex: the family holds every one-call-per-accelerator plan
+    data = _chain(seed, n=6, chords=False)
+    plan = series.series_split(Workload.from_paper_json(data), 30)
+    assert plan.value == pytest.approx(_brute_min(data, 1), rel=1e-9)
+
+
+def test_series_refuses_a_graph_without_cut_vertices():
+    w = Workload.from_paper_json(workload([node(i) for i in range(4)], [edge(0, 1), edge(2, 3)]))
+    assert series.cut_vertices(w) == []
+    with pytest.raises(SolveError, match="cut vertices"):
+        api.solve(w, "latency", "latency_series")
+
+
+@needs_paper
+def test_series_beats_the_sequence_split_on_inception():
+    w = Workload.from_paper_json(PAPER / "latency" / "layer_inceptionv3_inference.json")
+    composed = api.solve(w, "latency", "latency_series", time_limit=60)
+    sequential = segments.sequence_split(w)
+    assert composed.status == "feasible"
+    # the modules' branches run side by side: some in calls of their own, some on the CPUs
+    assert composed.value < sequential.value * 0.97
