@@ -78,6 +78,21 @@ def test_series_plan_is_valid_and_its_composed_latency_is_exact(seed):
     assert plan.value >= _brute_min(data, 1) * (1 - 1e-9) - 1e-9
 
 
+def test_some_calls_reach_into_a_block():
+    # the exactness test above also covers calls that hold part of a block: here is one
+    reaching = 0
+    for seed in range(30):
+        w = Workload.from_paper_json(_modules(seed))
+        plan = series.series_split(w, 30)
+        dev = evaluate.device_array(w, plan.assignment)
+        for block in series.blocks(w, series.cut_vertices(w)):
+            for end in (block.first, block.last):
+                if end is not None and dev[end] < w.num_accelerators:
+                    share = sum(dev[v] == dev[end] for v in block.inside)
+                    reaching += 0 < share < len(block.inside)
+    assert reaching > 0
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_series_plan_is_optimal_on_a_chain(seed):
     # on a chain every node is a cut vertex: the family holds every one-call-per-accelerator plan

@@ -6,17 +6,18 @@ lies a block -- an Inception module, a residual block -- and the blocks run one 
 another.  The plans built here:
 
 * each cut vertex runs on the CPUs, or in an accelerator call holding a run of whole
-  blocks from one cut vertex to a later one;
-* a block outside every call runs its inside as the best plan of that block alone (both
-  ends on the CPUs) with t calls of its own, found by the latency IP on the block, which
-  is small: one plan per t.
+  blocks from one cut vertex to a later one, which may also begin or end partway into
+  the neighbouring block (holding at most half of its memory);
+* the rest of a block runs as the best plan of that block alone, found by the latency IP
+  on the block, which is small: with both ends on the CPUs, one plan per number t of
+  calls of its own; with one end in a call, one plan.
 
 A DP over the cut vertices and the calls used so far picks the best combination; where
 every edge stays inside a block its value is the evaluator's latency of the plan.  What
 this adds to :func:`segments.sequence_split`: a block's branches run side by side, some
 in calls and some on the CPUs, where the sequence split runs segments one after another.
 On Inception-v3 (12 accelerators of 2 GiB) it cuts the best latency from 1279.2 to
-1211.7.
+1199.7 (1211.7 with calls at whole blocks only).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .baselines import class_members, finish as wrap
 
 SOLVE_SECONDS = 10.0  # at most, for one block's IP
 BLOCK_NODES = 64  # larger blocks get no IP of their own (all on the CPUs, or inside a call)
+MOST_CUTS = 150  # beyond, every j-th cut vertex only (blocks merge; the DP stays quick)
 
 
 def cut_vertices(w: Workload) -> list[int]:
@@ -82,31 +84,56 @@ def blocks(w: Workload, cuts: list[int]) -> list[Block]:
     return out
 
 
-def block_workload(w: Workload, block: Block, accelerators: int) -> Workload:
-    """The block alone, its end cut vertices pinned to the CPUs at no cost (so its
-    latency is the time from the first one's finish to the last one's inputs)."""
-    ends = {int(w.ids[v]) for v in (block.first, block.last) if v is not None}
-    ids = ends | {int(w.ids[v]) for v in block.inside}
-    nodes = tuple(dataclasses.replace(n, supported=False, cpu_latency=0.0, acc_latency=0.0, size=0.0,
-                                      color_class=None) if n.id in ends else n
-                  for n in w.nodes if n.id in ids)
+def block_workload(w: Workload, block: Block, accelerators: int, first_in_call: bool = False,
+                   last_in_call: bool = False, room: float | None = None) -> Workload:
+    """The block alone.  An end cut vertex is pinned to the CPUs at no cost, or, ``*_in_call``,
+    to an accelerator call at no compute (a CPU time above any plan's) that holds at most
+    ``room`` of the block's memory.  The block's latency is then the time from the first
+    end's finish to the last end's inputs (or through the last end's call)."""
+    memory = float(w.accelerator_memory)
+    worst = float(w.cpu_latency[block.inside].sum() + w.acc_latency[block.inside].sum()
+                  + 2 * w.out_cost[block.inside].sum()) + 1.0
+    pinned = {}
+    for v, in_call in ((block.first, first_in_call), (block.last, last_in_call)):
+        if v is not None:
+            pinned[int(w.ids[v])] = in_call
+    ids = set(pinned) | {int(w.ids[v]) for v in block.inside}
+
+    def pin(n):
+        if pinned[n.id]:
+            return dataclasses.replace(n, supported=True, cpu_latency=worst, acc_latency=0.0, color_class=None,
+                                       size=max(0.0, memory - (memory if room is None else room)))
+        return dataclasses.replace(n, supported=False, cpu_latency=0.0, acc_latency=0.0, size=0.0, color_class=None)
+
+    nodes = tuple(pin(n) if n.id in pinned else n for n in w.nodes if n.id in ids)
     edges = tuple(e for e in w.edges if e.source in ids and e.dest in ids)
     return w.replace(nodes=nodes, edges=edges, num_accelerators=accelerators)
 
 
-def block_plans(w: Workload, block: Block, most: int, deadline: float) -> dict[int, tuple[float, dict[int, str], int]]:
-    """t -> (latency of the block, its assignment, accelerators it uses) for the best
-    plans found with at most t calls; t grows until one more call gains nothing, ``most``
-    is reached, or the deadline passes.  Each IP starts from the plan before."""
+@dataclasses.dataclass
+class Option:
+    """One way to run a block's inside: the block IP's plan (node id -> its device)."""
+
+    latency: float
+    assignment: dict[int, str]
+    calls: int  # accelerator calls of its own
+    call: str | None = None  # the device that stands for the pinned end's call
+    share: float = 0.0  # memory the pinned end's call holds inside the block
+
+
+def block_plans(w: Workload, block: Block, most: int, deadline: float) -> dict[int, Option]:
+    """t -> the best plan found for the block with both ends on the CPUs and at most t
+    calls; t grows until one more call gains nothing, ``most`` is reached, or the
+    deadline passes.  Each IP starts from the plan before."""
     from .ip import solve_latency
 
     if not block.inside:
-        return {0: (0.0, {}, 0)}
+        return {0: Option(0.0, {}, 0)}
     sub = block_workload(w, block, 0)
     cpu = sub.devices[0].name
     everything_cpu = {int(i): cpu for i in sub.ids}
-    plans = {0: (evaluate.latency(sub, everything_cpu).value, everything_cpu, 0)}
-    best, start = plans[0][0], everything_cpu
+    plans = {0: Option(evaluate.latency(sub, everything_cpu).value, everything_cpu, 0)}
+    best, start = plans[0].latency, everything_cpu
     for t in range(1, min(most, len(block.inside)) + 1 if len(block.inside) <= BLOCK_NODES else 1):
         left = deadline - time.perf_counter()
         if left <= 0.2:
@@ -116,22 +143,44 @@ def block_plans(w: Workload, block: Block, most: int, deadline: float) -> dict[i
         if plan.value is None or plan.value >= best - 1e-9:
             break  # one more call gains nothing: more rarely do
         used = len({d for d in plan.assignment.values() if not d.startswith("cpu")})
-        plans[t] = (plan.value, dict(plan.assignment), used)
+        plans[t] = Option(plan.value, dict(plan.assignment), used)
         best, start = plan.value, plan.assignment
     return plans
+
+
+def reaching_plan(w: Workload, block: Block, first_in_call: bool, deadline: float) -> list[Option]:
+    """The block's best plan when the call that holds one end (the first: it ends in the
+    block; the last: it begins in the block) takes at most half the block's memory, and
+    nothing else runs on an accelerator; empty if none was found in time."""
+    from .ip import solve_latency
+
+    left = deadline - time.perf_counter()
+    if not block.inside or len(block.inside) > BLOCK_NODES or left <= 0.2:
+        return []
+    room = 0.5 * float(w.size[block.inside].sum())
+    plan = solve_latency(block_workload(w, block, 1, first_in_call, not first_in_call, room),
+                         time_limit=min(SOLVE_SECONDS, left), gap=1e-6)
+    end = int(w.ids[block.first if first_in_call else block.last])
+    if plan.value is None or plan.assignment[end].startswith("cpu"):
+        return []
+    call = plan.assignment[end]
+    share = sum(float(w.size[w.index[i]]) for i, d in plan.assignment.items() if d == call and i != end)
+    return [Option(plan.value, dict(plan.assignment), 0, call, share)]
 
 
 def series_split(w: Workload, seconds: float) -> Plan | None:
     """The best plan of the family above, or None where the family does not apply: fewer
     than two cut vertices, no CPU to pin block ends on, or a colour class across blocks."""
-    start = time.perf_counter()
-    deadline = start + seconds
+    begun = time.perf_counter()
+    deadline = begun + seconds
     k = w.num_accelerators
     if w.n == 0 or w.num_cpus == 0 or k == 0:
         return None
     cuts = cut_vertices(w)
     if len(cuts) < 2:
         return None
+    if len(cuts) > MOST_CUTS:
+        cuts = cuts[::-(-len(cuts) // MOST_CUTS)][:-1] + cuts[-1:]
     parts = blocks(w, cuts)
     unit = np.empty(w.n, dtype=np.int64)  # a colour class must stay inside one block or be one cut vertex
     for j, b in enumerate(parts):
@@ -139,110 +188,203 @@ def series_split(w: Workload, seconds: float) -> Plan | None:
     unit[cuts] = len(parts) + np.arange(len(cuts))
     if any(len(set(unit[members].tolist())) > 1 for members in class_members(w)):
         return None
-    options = [block_plans(w, b, k, deadline) for b in parts]
-    m = len(cuts)
-    runs = _call_runs(w, cuts, parts)
-    cpu_lat = w.cpu_latency
-    # finish[i, s]: earliest finish of cut vertex i with s calls used; how[i, s]: the move there
-    finish = np.full((m, k + 1), np.inf)
-    how: dict[tuple[int, int], tuple] = {}
-
-    def reach(b: int, s: int, value: float, move: tuple) -> None:
-        if value < finish[b, s]:
-            finish[b, s] = value
-            how[b, s] = move
-
-    def leave(i: int, s: int, ready: float, t: int, used: int) -> None:
-        """Block i+1's inside is done at ``ready``: cut vertex i+1 on the CPUs, or a call
-        from it."""
-        s2 = s + used
-        reach(i + 1, s2, ready + cpu_lat[cuts[i + 1]], ("cpu", i, s, t))
-        if s2 < k:
-            for b, time_of_call in runs[i + 1]:
-                reach(b, s2 + 1, ready + time_of_call, ("call", i, s, t, i + 1))
-
-    for t, (latency, _, used) in options[0].items():
-        if used <= k:
-            leave(-1, 0, latency, t, used)
-    for i in range(m - 1):
-        for s in range(k + 1):
-            if np.isfinite(finish[i, s]):
-                for t, (latency, _, used) in options[i + 1].items():
-                    if s + used <= k:
-                        leave(i, s, finish[i, s] + latency, t, used)
-    best = (np.inf, None, None)
-    for s in range(k + 1):
-        for t, (latency, _, used) in options[m].items():
-            if s + used <= k and finish[m - 1, s] + latency < best[0]:
-                best = (finish[m - 1, s] + latency, s, t)
-    value, s, t = best
-    if not np.isfinite(value):
+    own = [block_plans(w, b, k, deadline) for b in parts]
+    # a call that begins inside a block (holding its last cut vertex) or ends inside one
+    begins = [reaching_plan(w, b, False, deadline) if b.last is not None else [] for b in parts]
+    ends = [reaching_plan(w, b, True, deadline) if b.first is not None else [] for b in parts]
+    dp = _ChainDP(w, cuts, parts, own, begins, ends)
+    value, path = dp.solve()
+    if path is None:
         return None
-    assignment = _assemble(w, cuts, parts, options, how, s, t)
-    plan = wrap(w, "latency", "latency_series", assignment, start,
-                details={"composed_latency": float(value), "cut_vertices": m})
+    plan = wrap(w, "latency", "latency_series", dp.assemble(path), begun,
+                details={"composed_latency": float(value), "cut_vertices": len(cuts)})
     return plan if not plan.details["violations"] else None
 
 
-def _call_runs(w: Workload, cuts: list[int], parts: list[Block]) -> list[list[tuple[int, float]]]:
-    """runs[a]: (b, time) for every call holding cut vertices a..b and the blocks between
-    that fits one accelerator: time = its incoming tensors + compute + outgoing tensors."""
+class _ChainDP:
+    """The DP over the cut vertices.  ``finish[i, s]``: the earliest finish of cut vertex
+    i (on the CPUs, or the last of a call that sends its outputs then) with s calls used.
+    A call holds cut vertices a..b and the blocks between; it begins at a (all of block
+    a's inside before it, or part of it: ``begins``) and ends at b (or in block b+1:
+    ``ends``).  Calls about to begin at a are kept as (time so far, memory) pairs, none
+    worse in both than another."""
+
+    def __init__(self, w, cuts, parts, own, begins, ends):
+        self.w, self.cuts, self.parts = w, cuts, parts
+        self.own, self.begins, self.ends = own, begins, ends
+        self.k = w.num_accelerators
+        self.memory = float(w.accelerator_memory) * (1 + 1e-12)
+        self.runs = _call_runs(w, cuts, parts)
+        self.into_cut = [float(w.out_cost[list(w.predecessors[c])].sum()) for c in cuts]
+        self.finish = np.full((len(cuts), self.k + 1), np.inf)
+        self.how: dict[tuple[int, int], tuple] = {}
+        self.calls: list[tuple] = []  # (a, s, time so far, memory, how it began)
+        self.calls_at: dict[tuple[int, int], list[int]] = {}
+
+    def _reach(self, i, s, value, move):
+        if value < self.finish[i, s]:
+            self.finish[i, s] = value
+            self.how[i, s] = move
+
+    def _begin(self, a, s, value, share, origin):
+        kept = self.calls_at.setdefault((a, s), [])
+        if any(self.calls[c][2] <= value and self.calls[c][3] <= share for c in kept):
+            return
+        kept[:] = [c for c in kept if not (value <= self.calls[c][2] and share <= self.calls[c][3])]
+        kept.append(len(self.calls))
+        self.calls.append((a, s, value, share, origin))
+
+    def _after(self, i, s, done):
+        """Cut vertex i finished at ``done``: block i+1, then cut vertex i+1."""
+        j, nxt = i + 1, self.cuts[i + 1]
+        for t, o in self.own[j].items():
+            s2 = s + o.calls
+            if s2 <= self.k:
+                ready = done + o.latency
+                self._reach(i + 1, s2, ready + self.w.cpu_latency[nxt], ("cpu", i, s, ("own", t)))
+                if s2 < self.k:
+                    self._begin(i + 1, s2, ready + self.into_cut[i + 1], 0.0, ("after", i, s, ("own", t)))
+        for x, o in enumerate(self.begins[j]):
+            if s + o.calls < self.k:
+                self._begin(i + 1, s + o.calls, done + o.latency, o.share, ("after", i, s, ("begins", x)))
+
+    def _run(self, c):
+        a, s, value, share, _ = self.calls[c]
+        m = len(self.cuts)
+        for b, incoming, compute, outgoing, used in self.runs[a]:
+            if share + used > self.memory:
+                break
+            body = value + (incoming - self.into_cut[a]) + compute
+            self._reach(b, s + 1, body + outgoing, ("call", c, b, None))
+            if b + 1 >= m:
+                continue
+            for x, o in enumerate(self.ends[b + 1]):
+                s2 = s + 1 + o.calls
+                if share + used + o.share <= self.memory and s2 <= self.k:
+                    ready = body + outgoing - self.w.out_cost[self.cuts[b]] + o.latency
+                    self._reach(b + 1, s2, ready + self.w.cpu_latency[self.cuts[b + 1]], ("call", c, b, x))
+                    if s2 < self.k:
+                        self._begin(b + 1, s2, ready + self.into_cut[b + 1], 0.0, ("call", c, b, x))
+
+    def solve(self):
+        m = len(self.cuts)
+        self._after(-1, 0, 0.0)
+        for a in range(m):
+            for s in range(self.k + 1):
+                for c in list(self.calls_at.get((a, s), [])):
+                    self._run(c)
+            if a < m - 1:
+                for s in range(self.k + 1):
+                    if np.isfinite(self.finish[a, s]):
+                        self._after(a, s, self.finish[a, s])
+        best, path = np.inf, None
+        for s in range(self.k + 1):
+            for t, o in self.own[m].items():
+                if s + o.calls <= self.k and self.finish[m - 1, s] + o.latency < best:
+                    best, path = self.finish[m - 1, s] + o.latency, (s, t)
+        return best, path
+
+    def assemble(self, path) -> dict[int, str]:
+        """The assignment of the DP's best path: every call on an accelerator of its own."""
+        w, cuts, parts = self.w, self.cuts, self.parts
+        names = [d.name for d in w.devices]
+        cpu = names[w.num_accelerators]
+        fresh = iter(names[:w.num_accelerators])
+        out: dict[int, str] = {}
+
+        def place(j, option, call=None):
+            kind, x = option
+            o = {"own": self.own, "begins": self.begins, "ends": self.ends}[kind][j][x]
+            renamed = {o.call: call} if o.call is not None else {}
+            block = parts[j]
+            for nid, device in o.assignment.items():
+                if w.index[nid] in (block.first, block.last):
+                    continue
+                if device.startswith("cpu"):
+                    out[nid] = cpu
+                else:
+                    if device not in renamed:
+                        renamed[device] = next(fresh)
+                    out[nid] = renamed[device]
+
+        def call_of(c, b, x):
+            """Place call c (running to cut vertex b, ending in block b+1 with option x)."""
+            a = self.calls[c][0]
+            name = next(fresh)
+            for j in range(a, b + 1):
+                for v in ([] if j == a else parts[j].inside) + [cuts[j]]:
+                    out[int(w.ids[v])] = name
+            if x is not None:
+                place(b + 1, ("ends", x), name)
+            return name
+
+        s, t = path
+        place(len(parts) - 1, ("own", t))
+        state = ("finish", len(cuts) - 1, s)
+        while state is not None:
+            if state[0] == "finish":
+                _, i, s = state
+                move = self.how[i, s]
+                if move[0] == "cpu":
+                    _, prev, s_prev, option = move
+                    out[int(w.ids[cuts[i]])] = cpu
+                    place(prev + 1, option)
+                    state = ("finish", prev, s_prev) if prev >= 0 else None
+                    continue
+                _, c, b, x = move
+                if x is not None:
+                    out[int(w.ids[cuts[i]])] = cpu
+                state = ("call", c, call_of(c, b, x))
+            else:
+                _, c, name = state
+                origin = self.calls[c][4]
+                if origin[0] == "after":
+                    _, prev, s_prev, option = origin
+                    place(prev + 1, option, name)
+                    state = ("finish", prev, s_prev) if prev >= 0 else None
+                else:
+                    _, c_prev, b, x = origin
+                    state = ("call", c_prev, call_of(c_prev, b, x))
+        return out
+
+
+def _call_runs(w: Workload, cuts: list[int], parts: list[Block]) -> list[list[tuple]]:
+    """runs[a]: (b, incoming, compute, outgoing, memory) for every call holding cut vertices
+    a..b and the blocks between that fits one accelerator (its incoming and outgoing
+    tensors' time, its compute).  The call grows in topological order, so each node's
+    tensors are counted once."""
     memory = float(w.accelerator_memory) * (1 + 1e-12)
-    out: list[list[tuple[int, float]]] = []
+    cost, preds, succs = w.out_cost, w.predecessors, w.successors
+    out: list[list[tuple]] = []
+    inside = np.zeros(w.n, dtype=bool)
+    sent = np.zeros(w.n, dtype=bool)
+    waiting = np.zeros(w.n, dtype=np.int64)  # successors of a member not yet inside
     for a in range(len(cuts)):
-        members: set[int] = set()
+        inside[:] = False
+        sent[:] = False
+        incoming = outgoing = compute = used = 0.0
         found = []
         for b in range(a, len(cuts)):
             add = ([] if b == a else parts[b].inside) + [cuts[b]]
             if not all(w.supported[v] for v in add):
                 break
-            members.update(add)
-            nodes = list(members)
-            if float(w.size[nodes].sum()) > memory:
+            used += float(w.size[add].sum())
+            if used > memory:
                 break
-            senders = {u for v in nodes for u in w.predecessors[v] if u not in members}
-            leaving = [u for u in nodes if any(x not in members for x in w.successors[u])]
-            found.append((b, float(w.out_cost[list(senders)].sum() + w.acc_latency[nodes].sum()
-                                   + w.out_cost[leaving].sum())))
+            for v in add:
+                inside[v] = True
+                compute += float(w.acc_latency[v])
+                for u in preds[v]:
+                    if inside[u]:
+                        waiting[u] -= 1
+                        if waiting[u] == 0:
+                            outgoing -= cost[u]
+                    elif not sent[u]:
+                        sent[u] = True
+                        incoming += cost[u]
+                waiting[v] = len(succs[v])
+                if waiting[v]:
+                    outgoing += cost[v]
+            found.append((b, incoming, compute, max(outgoing, 0.0), used))
         out.append(found)
     return out
-
-
-def _assemble(w, cuts, parts, options, how, s, t) -> dict[int, str]:
-    """The assignment of the DP's best path: each call and each block plan's accelerator
-    on an accelerator of its own."""
-    names = [d.name for d in w.devices]
-    cpu = names[w.num_accelerators]
-    assignment: dict[int, str] = {}
-    fresh = iter(names[:w.num_accelerators])
-
-    def place_block(index: int, t: int) -> None:
-        block = parts[index]
-        renamed: dict[str, str] = {}
-        for nid, device in options[index][t][1].items():
-            v = w.index[nid]
-            if v in (block.first, block.last):
-                continue
-            if device.startswith("cpu"):
-                assignment[nid] = cpu
-            else:
-                if device not in renamed:
-                    renamed[device] = next(fresh)
-                assignment[nid] = renamed[device]
-    place_block(len(parts) - 1, t)
-    i = len(cuts) - 1
-    while True:
-        move = how[i, s]
-        if move[0] == "cpu":
-            _, prev, s, t = move
-            assignment[int(w.ids[cuts[i]])] = cpu
-        else:
-            _, prev, s, t, a = move
-            device = next(fresh)
-            for j in range(a, i + 1):
-                for v in ([] if j == a else parts[j].inside) + [cuts[j]]:
-                    assignment[int(w.ids[v])] = device
-        place_block(prev + 1, t)
-        if prev < 0:
-            return assignment
-        i = prev
