@@ -40,16 +40,16 @@ def test_cut_vertices_are_on_every_path(seed):
 
 
 def _modules(seed: int) -> dict:
-    """A chain of fork-join modules (2 or 3 branches of 1 or 2 nodes), Inception-like:
+    """A chain of fork-join modules (2 or 3 branches of 1 or 2 nodes, 9 nodes at most), Inception-like:
     CPU 10x slower, tensors worth moving or not, memory that sometimes binds."""
     rng = random.Random(seed)
     nodes, edges, cost = [node(0, cpu=rng.uniform(2, 20), acc=rng.uniform(0.2, 2), size=rng.uniform(0.5, 2))], [], {}
     fork = 0
     for _ in range(rng.choice((1, 2))):
         ends = []
-        for _ in range(rng.choice((2, 3)) if len(nodes) < 5 else 2):
+        for _ in range(rng.choice((2, 3)) if len(nodes) < 4 else 2):
             prev = fork
-            for _ in range(rng.choice((1, 2)) if len(nodes) < 6 else 1):
+            for _ in range(rng.choice((1, 2)) if len(nodes) < 4 else 1):
                 v = len(nodes)
                 acc = rng.uniform(0.2, 2)
                 nodes.append(node(v, cpu=round(10 * acc, 3), acc=round(acc, 3), size=round(rng.uniform(0.5, 2), 3)))
@@ -61,7 +61,8 @@ def _modules(seed: int) -> dict:
         edges += [(e, join) for e in ends]
         fork = join
     cost = {v: round(rng.uniform(0.1, 6), 3) for v in range(len(nodes))}
-    return workload(nodes, [edge(s, t, cost[s]) for s, t in edges], k=rng.choice((2, 3)), l=1,
+    assert len(nodes) <= 9  # brute force: (k + 1) ** n assignments
+    return workload(nodes, [edge(s, t, cost[s]) for s, t in edges], k=rng.choice((2, 3)) if len(nodes) <= 7 else 2, l=1,
                     mem=round(rng.uniform(2, 6), 3))
 
 
