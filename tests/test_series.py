@@ -102,6 +102,18 @@ def test_series_plan_is_optimal_on_a_chain(seed):
     assert plan.value == pytest.approx(_brute_min(data, 1), rel=1e-9)
 
 
+def test_colour_classes_stay_inside_one_block():
+    # a chain 0..5 with nodes 1 and 3 in one class: cut vertices 1..3 are dropped, so the
+    # class lies inside the block between 0 and 4; the plan keeps it on one device
+    nodes = [node(i, cpu=10.0, acc=1.0, cc=7 if i in (1, 3) else None) for i in range(6)]
+    w = Workload.from_paper_json(workload(nodes, [edge(i, i + 1, 0.5) for i in range(5)], k=2, l=1))
+    kept = series._classes_whole(w, series.cut_vertices(w))
+    assert [int(w.ids[v]) for v in kept] == [0, 4, 5]
+    plan = series.series_split(w, 30)
+    assert plan.status == "feasible"
+    assert plan.assignment[1] == plan.assignment[3]
+
+
 def test_series_refuses_a_graph_without_cut_vertices():
     w = Workload.from_paper_json(workload([node(i) for i in range(4)], [edge(0, 1), edge(2, 3)]))
     assert series.cut_vertices(w) == []

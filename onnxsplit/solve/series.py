@@ -170,7 +170,8 @@ def reaching_plan(w: Workload, block: Block, first_in_call: bool, deadline: floa
 
 def series_split(w: Workload, seconds: float) -> Plan | None:
     """The best plan of the family above, or None where the family does not apply: fewer
-    than two cut vertices, no CPU to pin block ends on, or a colour class across blocks."""
+    than two cut vertices (once colour classes are kept inside blocks), or no CPU to pin
+    block ends on."""
     begun = time.perf_counter()
     deadline = begun + seconds
     k = w.num_accelerators
@@ -181,13 +182,10 @@ def series_split(w: Workload, seconds: float) -> Plan | None:
         return None
     if len(cuts) > MOST_CUTS:
         cuts = cuts[::-(-len(cuts) // MOST_CUTS)][:-1] + cuts[-1:]
-    parts = blocks(w, cuts)
-    unit = np.empty(w.n, dtype=np.int64)  # a colour class must stay inside one block or be one cut vertex
-    for j, b in enumerate(parts):
-        unit[b.inside] = j
-    unit[cuts] = len(parts) + np.arange(len(cuts))
-    if any(len(set(unit[members].tolist())) > 1 for members in class_members(w)):
+    cuts = _classes_whole(w, cuts)
+    if len(cuts) < 2:
         return None
+    parts = blocks(w, cuts)
     own = [block_plans(w, b, k, deadline) for b in parts]
     # a call that begins inside a block (holding its last cut vertex) or ends inside one
     begins = [reaching_plan(w, b, False, deadline) if b.last is not None else [] for b in parts]
@@ -199,6 +197,28 @@ def series_split(w: Workload, seconds: float) -> Plan | None:
     plan = wrap(w, "latency", "latency_series", dp.assemble(path), begun,
                 details={"composed_latency": float(value), "cut_vertices": len(cuts)})
     return plan if not plan.details["violations"] else None
+
+
+def _classes_whole(w: Workload, cuts: list[int]) -> list[int]:
+    """The cut vertices left once every colour class lies inside one block or is one cut
+    vertex: those inside a class's span (and in a class that spans more) are dropped,
+    merging their blocks, until none is."""
+    classes = [c for c in class_members(w) if len(c) > 1]
+    while len(cuts) >= 2:
+        parts = blocks(w, cuts)
+        place = np.empty(w.n, dtype=np.int64)  # 2j: inside block j; 2j+1: cut vertex j
+        for j, b in enumerate(parts):
+            place[b.inside] = 2 * j
+        place[cuts] = 2 * np.arange(len(cuts)) + 1
+        drop = set()
+        for members in classes:
+            lo, hi = int(place[members].min()), int(place[members].max())
+            if lo != hi:
+                drop.update(j for j in range(len(cuts)) if lo <= 2 * j + 1 <= hi)
+        if not drop:
+            break
+        cuts = [c for j, c in enumerate(cuts) if j not in drop]
+    return cuts
 
 
 class _ChainDP:
