@@ -129,3 +129,13 @@ def test_series_beats_the_sequence_split_on_inception():
     assert composed.status == "feasible"
     # the modules' branches run side by side: some in calls of their own, some on the CPUs
     assert composed.value < sequential.value * 0.97
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_latency_ip_starts_from_the_series_plan(seed):
+    # the series plan is one of the latency IP's warm starts: the IP never returns worse
+    w = Workload.from_paper_json(_modules(seed))
+    composed = series.series_split(w, 30)
+    plan = api.solve(w, "latency", "ip", time_limit=20)
+    assert plan.value <= composed.value * (1 + 1e-9)
+    assert plan.lower_bound <= plan.value * (1 + 1e-9)
