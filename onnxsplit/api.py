@@ -108,7 +108,8 @@ QUICK_LATENCY = (("latency_dp", "latency"), ("greedy", "latency"), ("hetero_gree
 SERIES_SHARE = 0.25  # of the latency IP's time limit, at most, for the plans composed along cut vertices
 
 
-def _best_quick_plan(workload: Workload, candidates, objective: str) -> dict[int, str] | None:
+def _best_quick_plan(workload: Workload, candidates, objective: str) -> tuple[dict[int, str] | None, float]:
+    """(the best valid plan among the candidate methods' or None, its value)."""
     from .solve import evaluate
 
     best, best_value = None, float("inf")
@@ -121,25 +122,23 @@ def _best_quick_plan(workload: Workload, candidates, objective: str) -> dict[int
             value = evaluate.score(workload, plan.assignment, objective).value
             if value < best_value:
                 best, best_value = plan.assignment, value
-    return best
+    return best, best_value
 
 
 def _throughput_warm_start(workload: Workload) -> dict[int, str] | None:
     """The best valid max-load among the linearized DP's and local search's plans."""
-    return _best_quick_plan(workload, QUICK_THROUGHPUT, "throughput")
+    return _best_quick_plan(workload, QUICK_THROUGHPUT, "throughput")[0]
 
 
 def _latency_warm_start(workload: Workload, seconds: float) -> dict[int, str] | None:
     """The best valid latency among the latency DP over topological orders, the paper's
     greedy, HETERO's greedy, the splits of the linearized max-load DP and PipeDream, and
     the plans composed along the graph's cut vertices (at most ``seconds`` for those)."""
-    from .solve import evaluate, series
+    from .solve import series
 
-    best = _best_quick_plan(workload, QUICK_LATENCY, "latency")
+    best, best_value = _best_quick_plan(workload, QUICK_LATENCY, "latency")
     composed = series.series_split(workload, seconds)
-    if composed is not None and (best is None or composed.value < evaluate.latency(workload, best).value):
-        return composed.assignment
-    return best
+    return composed.assignment if composed is not None and composed.value < best_value else best
 
 
 COMPARED = ("dp", "dp_linear", "ip", "latency_dp", "latency_series", "greedy", "local_search", "pipedream", "scotch",

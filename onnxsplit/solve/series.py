@@ -31,6 +31,7 @@ from ..plan import Plan
 from ..workload import Workload
 from . import evaluate
 from .baselines import class_members, finish as wrap
+from .subgraph import restricted
 
 SOLVE_SECONDS = 10.0  # at most, for one block's IP
 BLOCK_NODES = 64  # larger blocks get no IP of their own (all on the CPUs, or inside a call)
@@ -93,11 +94,11 @@ def block_workload(w: Workload, block: Block, accelerators: int, first_in_call: 
     memory = float(w.accelerator_memory)
     worst = float(w.cpu_latency[block.inside].sum() + w.acc_latency[block.inside].sum()
                   + 2 * w.out_cost[block.inside].sum()) + 1.0
-    pinned = {}
-    for v, in_call in ((block.first, first_in_call), (block.last, last_in_call)):
-        if v is not None:
-            pinned[int(w.ids[v])] = in_call
-    ids = set(pinned) | {int(w.ids[v]) for v in block.inside}
+    pinned = {int(w.ids[v]): in_call for v, in_call in ((block.first, first_in_call), (block.last, last_in_call))
+              if v is not None}
+    keep = np.zeros(w.n, dtype=bool)
+    keep[block.inside] = True
+    keep[[w.index[i] for i in pinned]] = True
 
     def pin(n):
         if pinned[n.id]:
@@ -105,20 +106,27 @@ def block_workload(w: Workload, block: Block, accelerators: int, first_in_call: 
                                        size=max(0.0, memory - (memory if room is None else room)))
         return dataclasses.replace(n, supported=False, cpu_latency=0.0, acc_latency=0.0, size=0.0, color_class=None)
 
-    nodes = tuple(pin(n) if n.id in pinned else n for n in w.nodes if n.id in ids)
-    edges = tuple(e for e in w.edges if e.source in ids and e.dest in ids)
-    return w.replace(nodes=nodes, edges=edges, num_accelerators=accelerators)
+    sub = restricted(w, keep)
+    return sub.replace(nodes=tuple(pin(n) if n.id in pinned else n for n in sub.nodes),
+                       num_accelerators=accelerators)
 
 
 @dataclasses.dataclass
 class Option:
-    """One way to run a block's inside: the block IP's plan (node id -> its device)."""
+    """One way to run a block's inside: the block IP's plan (node id -> its accelerator,
+    None for the CPUs)."""
 
     latency: float
-    assignment: dict[int, str]
+    assignment: dict[int, str | None]
     calls: int  # accelerator calls of its own
-    call: str | None = None  # the device that stands for the pinned end's call
+    call: str | None = None  # the accelerator that stands for the pinned end's call
     share: float = 0.0  # memory the pinned end's call holds inside the block
+
+
+def _on_accelerators(sub: Workload, assignment: dict[int, str]) -> dict[int, str | None]:
+    """``assignment`` with every CPU core as None."""
+    index = sub.device_index
+    return {i: d if sub.is_accelerator(index[d]) else None for i, d in assignment.items()}
 
 
 def block_plans(w: Workload, block: Block, most: int, deadline: float) -> dict[int, Option]:
@@ -130,20 +138,19 @@ def block_plans(w: Workload, block: Block, most: int, deadline: float) -> dict[i
     if not block.inside:
         return {0: Option(0.0, {}, 0)}
     sub = block_workload(w, block, 0)
-    cpu = sub.devices[0].name
-    everything_cpu = {int(i): cpu for i in sub.ids}
-    plans = {0: Option(evaluate.latency(sub, everything_cpu).value, everything_cpu, 0)}
+    everything_cpu = {int(i): sub.devices[0].name for i in sub.ids}
+    plans = {0: Option(evaluate.latency(sub, everything_cpu).value, dict.fromkeys(everything_cpu), 0)}
     best, start = plans[0].latency, everything_cpu
     for t in range(1, min(most, len(block.inside)) + 1 if len(block.inside) <= BLOCK_NODES else 1):
         left = deadline - time.perf_counter()
         if left <= 0.2:
             break
-        plan = solve_latency(block_workload(w, block, t), time_limit=min(SOLVE_SECONDS, left), gap=1e-6,
-                             warm_start=start)
+        sub = block_workload(w, block, t)
+        plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6, warm_start=start)
         if plan.value is None or plan.value >= best - 1e-9:
             break  # one more call gains nothing: more rarely do
-        used = len({d for d in plan.assignment.values() if not d.startswith("cpu")})
-        plans[t] = Option(plan.value, dict(plan.assignment), used)
+        placed = _on_accelerators(sub, plan.assignment)
+        plans[t] = Option(plan.value, placed, len(set(placed.values()) - {None}))
         best, start = plan.value, plan.assignment
     return plans
 
@@ -158,14 +165,17 @@ def reaching_plan(w: Workload, block: Block, first_in_call: bool, deadline: floa
     if not block.inside or len(block.inside) > BLOCK_NODES or left <= 0.2:
         return []
     room = 0.5 * float(w.size[block.inside].sum())
-    plan = solve_latency(block_workload(w, block, 1, first_in_call, not first_in_call, room),
-                         time_limit=min(SOLVE_SECONDS, left), gap=1e-6)
-    end = int(w.ids[block.first if first_in_call else block.last])
-    if plan.value is None or plan.assignment[end].startswith("cpu"):
+    sub = block_workload(w, block, 1, first_in_call, not first_in_call, room)
+    plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6)
+    if plan.value is None:
         return []
-    call = plan.assignment[end]
-    share = sum(float(w.size[w.index[i]]) for i, d in plan.assignment.items() if d == call and i != end)
-    return [Option(plan.value, dict(plan.assignment), 0, call, share)]
+    placed = _on_accelerators(sub, plan.assignment)
+    end = int(w.ids[block.first if first_in_call else block.last])
+    call = placed[end]
+    if call is None:
+        return []
+    share = sum(float(w.size[w.index[i]]) for i, d in placed.items() if d == call and i != end)
+    return [Option(plan.value, placed, 0, call, share)]
 
 
 def series_split(w: Workload, seconds: float) -> Plan | None:
@@ -320,7 +330,7 @@ class _ChainDP:
             for nid, device in o.assignment.items():
                 if w.index[nid] in (block.first, block.last):
                     continue
-                if device.startswith("cpu"):
+                if device is None:
                     out[nid] = cpu
                 else:
                     if device not in renamed:
@@ -332,7 +342,7 @@ class _ChainDP:
             a = self.calls[c][0]
             name = next(fresh)
             for j in range(a, b + 1):
-                for v in ([] if j == a else parts[j].inside) + [cuts[j]]:
+                for v in _step(cuts, parts, a, j):
                     out[int(w.ids[v])] = name
             if x is not None:
                 place(b + 1, ("ends", x), name)
@@ -368,6 +378,11 @@ class _ChainDP:
         return out
 
 
+def _step(cuts: list[int], parts: list[Block], a: int, b: int) -> list[int]:
+    """The nodes a call from cut vertex a takes in when it reaches cut vertex b."""
+    return ([] if b == a else parts[b].inside) + [cuts[b]]
+
+
 def _call_runs(w: Workload, cuts: list[int], parts: list[Block]) -> list[list[tuple]]:
     """runs[a]: (b, incoming, compute, outgoing, memory) for every call holding cut vertices
     a..b and the blocks between that fits one accelerator (its incoming and outgoing
@@ -385,7 +400,7 @@ def _call_runs(w: Workload, cuts: list[int], parts: list[Block]) -> list[list[tu
         incoming = outgoing = compute = used = 0.0
         found = []
         for b in range(a, len(cuts)):
-            add = ([] if b == a else parts[b].inside) + [cuts[b]]
+            add = _step(cuts, parts, a, b)
             if not all(w.supported[v] for v in add):
                 break
             used += float(w.size[add].sum())
