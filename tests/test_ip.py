@@ -151,6 +151,39 @@ def test_latency_ip_matches_bruteforce(seed):
     assert more.value <= plan.value * (1 + 1e-6) + 1e-9  # more calls per accelerator can only help
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_latency_warm_start_is_renamed_into_the_symmetry_order(seed):
+    """A start whose accelerators are named against the IP's symmetry breaking (first
+    pieces beginning in topological order) is one HiGHS rejects; renamed, it keeps its
+    latency (the brute force's) and satisfies the rule."""
+    import random
+
+    data = bf.random_workload(seed, n_range=(5, 7), k_range=(3, 3), l_range=(1, 1), unsupported_p=0.0,
+                              class_p=0.0)
+    w = Workload.from_paper_json(data)
+    rng = random.Random(seed)
+    order = list(w.topological_order)
+    names = [d.name for d in w.devices[:3]]
+    # calls along the topological order, on accelerators named last-first
+    a = {}
+    for j, v in enumerate(order):
+        a[int(w.ids[v])] = names[2 - min(2, j * 3 // len(order))] if rng.random() < 0.8 else w.devices[3].name
+    dev = evaluate.device_array(w, a)
+    pieces = evaluate.accelerator_pieces(w, dev)
+    pc = {int(w.ids[j]): int(pieces[j]) for j in range(w.n) if dev[j] < 3}
+    renamed = ip._in_symmetry_order(w, a, pc)
+    assert bf._latency(data, renamed, bf.pieces(data, renamed)) == pytest.approx(
+        bf._latency(data, a, bf.pieces(data, a)), rel=1e-12)
+    pos = {int(w.ids[v]): i for i, v in enumerate(order)}
+    first = {}
+    for nid, d in renamed.items():
+        if d in names and pc[nid] == 1:
+            first[d] = min(first.get(d, len(order)), pos[nid])
+    used = [d for d in names if d in first]
+    assert used == names[:len(used)]  # accelerators used from the first on
+    assert all(first[x] < first[y] for x, y in zip(used, used[1:]))
+
+
 @pytest.mark.parametrize("seed", range(25))
 def test_transfer_free_phase_bounds_the_optimum(seed):
     """The first phase's bound is the transfer-free optimum (brute force with every tensor

@@ -640,6 +640,22 @@ def _slot_of(w: Workload, assignment: dict[int, str], pieces: dict[int, int], v:
     return (dev, pieces[nid] - 1)
 
 
+def _in_symmetry_order(w: Workload, assignment: dict[int, str], pieces: dict[int, int]) -> dict[int, str]:
+    """``assignment`` with its accelerators renamed so that the first pieces begin in
+    topological order, as the latency IP's symmetry breaking asks: a start that breaks it
+    is one the solver rejects (and searches without an incumbent)."""
+    pos = np.empty(w.n, dtype=np.int64)
+    pos[list(w.topological_order)] = np.arange(w.n)
+    first: dict[str, int] = {}
+    for nid, piece in pieces.items():
+        d = assignment[nid]
+        if piece == 1:
+            first[d] = min(first.get(d, w.n), int(pos[w.index[nid]]))
+    names = [dv.name for dv in w.devices[:w.num_accelerators]]
+    rename = {d: names[i] for i, d in enumerate(sorted(first, key=first.get))}
+    return {nid: rename.get(d, d) for nid, d in assignment.items()}
+
+
 def _latency_upper_bound(w: Workload, warm_start: dict[int, str] | None, pieces: int):
     """The best latency known before solving (all on the CPUs, or the warm start) and, when
     the warm start fits the IP (at most ``pieces`` calls per accelerator), its pieces."""
@@ -656,6 +672,7 @@ def _latency_upper_bound(w: Workload, warm_start: dict[int, str] | None, pieces:
             a = {int(i): (cpu_name if dev[j] >= w.num_accelerators else warm_start[int(i)])
                  for j, i in enumerate(w.ids)}
             pc_map = {int(w.ids[j]): int(pc[j]) for j in range(w.n) if dev[j] < w.num_accelerators}
+            a = _in_symmetry_order(w, a, pc_map)
             try:
                 value = evaluate.latency(w, a, pc_map).value
             except SplitError:  # the pieces wait on each other: no schedule with these calls
