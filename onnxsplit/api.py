@@ -86,7 +86,7 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
     # the warm start's time counts: against the time limit, and in the plan's seconds
     began = time.perf_counter()
     if objective == "latency":
-        start = _latency_warm_start(workload, SERIES_SHARE * time_limit) if warm_start else None
+        start = _latency_warm_start(workload, time_limit) if warm_start else None
         spent = time.perf_counter() - began
         plan = ip.solve_latency(workload, pieces=pieces, time_limit=max(1.0, time_limit - spent), solver=solver,
                                 warm_start=start)
@@ -106,6 +106,7 @@ QUICK_THROUGHPUT = (("dp_linear", "throughput"), ("local_search", "throughput"))
 QUICK_LATENCY = (("latency_dp", "latency"), ("greedy", "latency"), ("hetero_greedy", "latency"),
                  ("dp_linear", "throughput"), ("pipedream", "throughput"))
 SERIES_SHARE = 0.25  # of the latency IP's time limit, at most, for the plans composed along cut vertices
+POLISH_SHARE = 0.05  # of it, at most, for the local search on the best warm start
 
 
 def _best_quick_plan(workload: Workload, candidates, objective: str) -> tuple[dict[int, str] | None, float]:
@@ -130,15 +131,19 @@ def _throughput_warm_start(workload: Workload) -> dict[int, str] | None:
     return _best_quick_plan(workload, QUICK_THROUGHPUT, "throughput")[0]
 
 
-def _latency_warm_start(workload: Workload, seconds: float) -> dict[int, str] | None:
+def _latency_warm_start(workload: Workload, time_limit: float) -> dict[int, str] | None:
     """The best valid latency among the latency DP over topological orders, the paper's
     greedy, HETERO's greedy, the splits of the linearized max-load DP and PipeDream, and
-    the plans composed along the graph's cut vertices (at most ``seconds`` for those)."""
+    the plans composed along the graph's cut vertices (at most SERIES_SHARE of ``time_limit``),
+    polished by moving colour classes one at a time (at most POLISH_SHARE of it)."""
     from .solve import series
+    from .solve.polish import polish_latency
 
     best, best_value = _best_quick_plan(workload, QUICK_LATENCY, "latency")
-    composed = series.series_split(workload, seconds)
-    return composed.assignment if composed is not None and composed.value < best_value else best
+    composed = series.series_split(workload, SERIES_SHARE * time_limit)
+    if composed is not None and composed.value < best_value:
+        best = composed.assignment
+    return polish_latency(workload, best, POLISH_SHARE * time_limit)[0] if best else best
 
 
 COMPARED = ("dp", "dp_linear", "ip", "latency_dp", "latency_series", "greedy", "local_search", "pipedream", "scotch",
