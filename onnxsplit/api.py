@@ -14,6 +14,7 @@ METHODS = {
     # method -> objectives it serves: optimises, or (fixed placements) is scored for
     "dp": ("throughput",),
     "dp_linear": ("throughput",),
+    "dp_ring": ("throughput",),
     "ip": ("throughput", "latency"),
     "latency_dp": ("latency",),
     "latency_series": ("latency",),
@@ -79,6 +80,13 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
             raise SolveError("latency_series needs a graph with at least two cut vertices (nodes every "
                              "input-to-output path passes through), an accelerator and a CPU")
         return plan
+    if method == "dp_ring":
+        from .solve import ring
+
+        plan = ring.ring_split(workload)
+        if plan is None:
+            raise SolveError("dp_ring found no split that fits: it needs an accelerator, and memory for its parts")
+        return plan
     if method in ("dp", "dp_linear"):
         return dp.solve(workload, linear_only=(method == "dp_linear"), time_limit=time_limit)
     from .solve import ip
@@ -102,7 +110,7 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
 
 # Warm starts come from methods that take seconds at most on any graph; the exact DP is
 # not among them (a real operator graph can have millions of ideals).
-QUICK_THROUGHPUT = (("dp_linear", "throughput"), ("local_search", "throughput"))
+QUICK_THROUGHPUT = (("dp_linear", "throughput"), ("dp_ring", "throughput"), ("local_search", "throughput"))
 QUICK_LATENCY = (("latency_dp", "latency"), ("greedy", "latency"), ("hetero_greedy", "latency"),
                  ("dp_linear", "throughput"), ("pipedream", "throughput"))
 SERIES_SHARE = 0.25  # of the latency IP's time limit, at most, for the plans composed along cut vertices
@@ -127,7 +135,7 @@ def _best_quick_plan(workload: Workload, candidates, objective: str) -> tuple[di
 
 
 def _throughput_warm_start(workload: Workload) -> dict[int, str] | None:
-    """The best valid max-load among the linearized DP's and local search's plans."""
+    """The best valid max-load among the linearized DP's, the ring split's and local search's plans."""
     return _best_quick_plan(workload, QUICK_THROUGHPUT, "throughput")[0]
 
 
@@ -146,7 +154,7 @@ def _latency_warm_start(workload: Workload, time_limit: float) -> dict[int, str]
     return polish_latency(workload, best, POLISH_SHARE * time_limit)[0] if best else best
 
 
-COMPARED = ("dp", "dp_linear", "ip", "latency_dp", "latency_series", "greedy", "local_search", "pipedream", "scotch",
+COMPARED = ("dp", "dp_linear", "dp_ring", "ip", "latency_dp", "latency_series", "greedy", "local_search", "pipedream", "scotch",
             "metis", "one_accelerator", "all_cpu", "ort_default", "hetero_greedy")
 
 

@@ -54,7 +54,7 @@ examples:
 COMMANDS = ("split", "export", "run", "solve", "compare", "evaluate", "profile", "workload",
             "devices")
 
-METHOD_CHOICES = ["dp", "dp_linear", "ip", "latency_dp", "latency_series", "greedy", "local_search", "pipedream",
+METHOD_CHOICES = ["dp", "dp_linear", "dp_ring", "ip", "latency_dp", "latency_series", "greedy", "local_search", "pipedream",
                   "scotch", "metis", "one_accelerator", "all_cpu", "given", "ort_default", "hetero_greedy"]
 
 
@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--method", default="dp", choices=METHOD_CHOICES, metavar="METHOD",
                    help="dp: exact DP over ideals (optimal contiguous pipeline); "
                         "dp_linear: the same DP along a few topological orders (fast upper bound); "
+                        "dp_ring: one order bent into a ring, an accelerator holding a prefix and a suffix "
+                        "(tied weights); "
                         "ip: integer program (both objectives); "
                         "latency_dp: latency, a topological order cut into accelerator calls and CPU runs; "
                         "latency_series: latency, blocks between cut vertices in calls or solved alone. "
