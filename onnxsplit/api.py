@@ -85,7 +85,8 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
 
         plan = ring.ring_split(workload)
         if plan is None:
-            raise SolveError("dp_ring found no split that fits: it needs an accelerator, and memory for its parts")
+            raise SolveError(f"dp_ring found no split: it needs an accelerator, memory for its parts and at most "
+                             f"{ring.MOST_CLASSES} colour classes")
         return plan
     if method in ("dp", "dp_linear"):
         return dp.solve(workload, linear_only=(method == "dp_linear"), time_limit=time_limit)

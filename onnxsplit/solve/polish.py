@@ -45,6 +45,7 @@ def polish_latency(w: Workload, assignment: dict[int, str], seconds: float) -> t
     size = [float(w.size[m].sum()) for m in classes]
     memory = float(w.accelerator_memory) * (1 + 1e-12)
     used = np.array([float(w.size[dev == d].sum()) for d in range(k)])
+    count = np.bincount(dev, minlength=k + 1)  # nodes per device (the CPUs: index k)
     best = graph.latency(dev, k)
     improved = True
     while improved and time.perf_counter() < deadline:
@@ -56,9 +57,9 @@ def polish_latency(w: Workload, assignment: dict[int, str], seconds: float) -> t
             targets = set(int(dev[u]) for v in members for u in w.predecessors[v] + w.successors[v])
             if cpu >= 0:
                 targets.add(cpu)
-            free = [d for d in range(k) if used[d] == 0 and not (dev == d).any()]
-            if free:
-                targets.add(free[0])
+            free = np.flatnonzero(count[:k] == 0)
+            if free.size:
+                targets.add(int(free[0]))
             targets.discard(here)
             for d in sorted(targets):
                 if d < k and (not supported[c] or used[d] + size[c] > memory):
@@ -71,6 +72,8 @@ def polish_latency(w: Workload, assignment: dict[int, str], seconds: float) -> t
                         used[here] -= size[c]
                     if d < k:
                         used[d] += size[c]
+                    count[here] -= len(members)
+                    count[d] += len(members)
                     here = d
                     improved = True
                     break

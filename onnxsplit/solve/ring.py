@@ -30,17 +30,20 @@ from .baselines import finish
 from .ip import build_classes
 
 STARTS = 48  # candidate starts of the middle, at most (the first few, then evenly spread)
+MOST_CLASSES = 2500  # beyond, no ring split: its table of segment boundaries grows as the square
 
 
 def ring_split(w: Workload) -> Plan | None:
-    """The best ring split of the classes' topological order (None where no plan fits:
-    no accelerator, or memory)."""
+    """The best ring split of the classes' order (None where no plan fits -- no
+    accelerator, or memory -- or the graph has more than MOST_CLASSES classes)."""
     begun = time.perf_counter()
     k, l = w.num_accelerators, w.num_cpus
     if w.n == 0 or k == 0:
         return None
     cl = build_classes(w)
     n = cl.n
+    if n > MOST_CLASSES:
+        return None
     rank = _late_source_rank(w, cl)
     cl = _reordered(cl, rank)
     acc = (cl.acc_fwd + cl.acc_bwd).astype(np.float64)
