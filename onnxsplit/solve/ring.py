@@ -52,15 +52,14 @@ def ring_split(w: Workload) -> Plan | None:
     ptr[1:] = np.cumsum([len(m) for _, m, _, _ in cl.hyper])
     members = np.array([g for _, m, _, _ in cl.hyper for g in m], dtype=np.int64)
     weight = np.array([wt for _, _, wt, _ in cl.hyper], dtype=np.float64)
-    comm = _boundary_table(n, ptr, members, weight)
+    tables = (acc, cpu, cl.size.astype(np.float64), (~cl.supported).astype(np.int64),
+              _boundary_table(n, ptr, members, weight))
+    memory = float(w.accelerator_memory) * (1 + 1e-12)
     starts = np.unique(np.concatenate([np.arange(min(n, 8)), np.linspace(0, n, STARTS - 8).astype(np.int64)]))
-    starts = starts[starts < n]
-    value, i, j = _best_ring(acc, cpu, cl.size.astype(np.float64), (~cl.supported).astype(np.int64), comm,
-                             starts, k, l, float(w.accelerator_memory) * (1 + 1e-12))
+    value, i, j = _best_ring(*tables, starts[starts < n], k, l, memory)
     if not np.isfinite(value):
         return None
-    segments = _middle(acc, cpu, cl.size.astype(np.float64), (~cl.supported).astype(np.int64), comm, i, j, k, l,
-                       float(w.accelerator_memory) * (1 + 1e-12))
+    segments = _middle(*tables, i, j, k, l, memory)
     devices = np.zeros(n, dtype=np.int64)  # the ring part: accelerator 0
     next_acc, next_cpu = 1, k
     for a, b, on_acc in segments:
