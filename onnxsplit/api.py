@@ -115,7 +115,7 @@ QUICK_THROUGHPUT = (("dp_linear", "throughput"), ("dp_ring", "throughput"), ("lo
 QUICK_LATENCY = (("latency_dp", "latency"), ("greedy", "latency"), ("hetero_greedy", "latency"),
                  ("dp_linear", "throughput"), ("pipedream", "throughput"))
 SERIES_SHARE = 0.25  # of the latency IP's time limit, at most, for the plans composed along cut vertices
-POLISH_SHARE = 0.05  # of it, at most, for the local search on the best warm start
+POLISH_SHARE = 0.05  # of the time limit, at most, for the local search on the best latency warm start
 
 
 def _best_quick_plan(workload: Workload, candidates, objective: str) -> tuple[dict[int, str] | None, float]:
@@ -155,8 +155,8 @@ def _latency_warm_start(workload: Workload, time_limit: float) -> dict[int, str]
     return polish_latency(workload, best, POLISH_SHARE * time_limit)[0] if best else best
 
 
-COMPARED = ("dp", "dp_linear", "dp_ring", "ip", "latency_dp", "latency_series", "greedy", "local_search", "pipedream", "scotch",
-            "metis", "one_accelerator", "all_cpu", "ort_default", "hetero_greedy")
+COMPARED = ("dp", "dp_linear", "dp_ring", "ip", "latency_dp", "latency_series", "greedy", "local_search", "pipedream",
+            "scotch", "metis", "one_accelerator", "all_cpu", "ort_default", "hetero_greedy")
 
 
 def compare(workload: Workload, objective: str = "throughput", *, time_limit: float = 60.0,

@@ -54,8 +54,8 @@ examples:
 COMMANDS = ("split", "export", "run", "solve", "compare", "evaluate", "profile", "workload",
             "devices")
 
-METHOD_CHOICES = ["dp", "dp_linear", "dp_ring", "ip", "latency_dp", "latency_series", "greedy", "local_search", "pipedream",
-                  "scotch", "metis", "one_accelerator", "all_cpu", "given", "ort_default", "hetero_greedy"]
+METHOD_CHOICES = ["dp", "dp_linear", "dp_ring", "ip", "latency_dp", "latency_series", "greedy", "local_search",
+                  "pipedream", "scotch", "metis", "one_accelerator", "all_cpu", "given", "ort_default", "hetero_greedy"]
 
 
 def _parser() -> argparse.ArgumentParser:
