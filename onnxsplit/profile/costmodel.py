@@ -262,7 +262,9 @@ def calibrate(works: Sequence[Work], seconds: Sequence[float]) -> Roofline:
     for fp in factors:
         for fw in factors:
             est = _estimates(flops, nbytes, p0 * fp, w0 * fw, o)
-            err = float(np.sum(weight * (np.log(est) - log_t) ** 2))
+            # a node with no flops, no bytes and no overhead is estimated at 0: the same
+            # error for every candidate, finite so that the others still compare
+            err = float(np.sum(weight * (np.log(np.maximum(est, 1e-12)) - log_t) ** 2))
             if err < best[0]:
                 best = (err, p0 * fp, w0 * fw)
     _, p, w = best
