@@ -143,5 +143,5 @@ def test_sources_move_to_just_before_their_first_consumer():
     # blocks 0, 1 are sources (weights); 2 -> 3; 0 feeds 3, 1 feeds 2
     succ = [[3], [2], [3], []]
     indegree = np.array([0, 0, 1, 2])
-    assert segments._sources_late([0, 1, 2, 3], succ, indegree) == [1, 2, 0, 3]
-    assert segments._sources_late([1, 0, 2, 3], succ, indegree) == [1, 2, 0, 3]
+    assert segments.sources_late([0, 1, 2, 3], succ, indegree) == [1, 2, 0, 3]
+    assert segments.sources_late([1, 0, 2, 3], succ, indegree) == [1, 2, 0, 3]

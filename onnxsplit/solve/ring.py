@@ -28,6 +28,7 @@ from ..plan import Plan
 from ..workload import Workload
 from .baselines import finish
 from .ip import build_classes
+from .segments import sources_late
 
 STARTS = 48  # candidate starts of the middle, at most (the first few, then evenly spread)
 MOST_CLASSES = 2500  # beyond, no ring split: its table of segment boundaries grows as the square
@@ -46,14 +47,15 @@ def ring_split(w: Workload) -> Plan | None:
         return None
     rank = _late_source_rank(w, cl)
     cl = _reordered(cl, rank)
-    acc = (cl.acc_fwd + cl.acc_bwd).astype(np.float64)
-    cpu = (cl.cpu_fwd + cl.cpu_bwd).astype(np.float64)
     ptr = np.zeros(len(cl.hyper) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(m) for _, m, _, _ in cl.hyper])
     members = np.array([g for _, m, _, _ in cl.hyper for g in m], dtype=np.int64)
     weight = np.array([wt for _, _, wt, _ in cl.hyper], dtype=np.float64)
-    tables = (acc, cpu, cl.size.astype(np.float64), (~cl.supported).astype(np.int64),
-              _boundary_table(n, ptr, members, weight))
+    # running totals over the order: a segment's compute, CPU time, memory and unsupported
+    # classes are differences of two
+    tables = tuple(np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+                   for values in (cl.acc_fwd + cl.acc_bwd, cl.cpu_fwd + cl.cpu_bwd, cl.size, ~cl.supported))
+    tables += (_boundary_table(n, ptr, members, weight),)
     memory = float(w.accelerator_memory) * (1 + 1e-12)
     starts = np.unique(np.concatenate([np.arange(min(n, 8)), np.linspace(0, n, STARTS - 8).astype(np.int64)]))
     value, i, j = _best_ring(*tables, starts[starts < n], k, l, memory)
@@ -73,16 +75,14 @@ def ring_split(w: Workload) -> Plan | None:
 
 def _late_source_rank(w: Workload, cl) -> np.ndarray:
     """class -> its place in an order where every node without inputs (a weight, a
-    constant) comes just before its first consumer instead of at the front: a
-    topological order puts them all first, where a segment would send them far."""
-    order = [v for v in w.topological_order if w.predecessors[v]]
-    pos = {v: 2 * i for i, v in enumerate(order)}
-    for v in w.topological_order:
-        if not w.predecessors[v]:
-            pos[v] = min((pos[s] - 1 for s in w.successors[v] if s in pos), default=2 * len(order))
-    first = np.full(cl.n, np.inf)
-    for v in range(w.n):
-        first[cl.of_node[v]] = min(first[cl.of_node[v]], pos[v])
+    constant) comes just before its first consumer (:func:`segments.sources_late`)
+    instead of at the front: a topological order puts them all first, where a segment
+    would send them far."""
+    indegree = np.array([len(p) for p in w.predecessors], dtype=np.int64)
+    order = sources_late(list(w.topological_order), w.successors, indegree)
+    first = np.full(cl.n, w.n)
+    for i, v in enumerate(order):
+        first[cl.of_node[v]] = min(first[cl.of_node[v]], i)
     return np.argsort(np.argsort(first, kind="stable"), kind="stable")
 
 
@@ -160,19 +160,9 @@ def _middle_dp(acc_pre, cpu_pre, mem_pre, uns_pre, comm, i, k, l, memory):
 
 
 @njit(cache=True)
-def _prefix(values):
-    out = np.zeros(len(values) + 1)
-    for g in range(len(values)):
-        out[g + 1] = out[g] + values[g]
-    return out
-
-
-@njit(cache=True)
-def _best_ring(acc, cpu, size, unsupported, comm, starts, k, l, memory):
+def _best_ring(acc_pre, cpu_pre, mem_pre, uns_pre, comm, starts, k, l, memory):
     """(least max load, i, j): the ring part holds classes ..i-1 and j.., the middle i..j-1."""
-    acc_pre, cpu_pre, mem_pre = _prefix(acc), _prefix(cpu), _prefix(size)
-    uns_pre = _prefix(unsupported.astype(np.float64))
-    n = len(acc)
+    n = len(acc_pre) - 1
     best, best_i, best_j = np.inf, -1, -1
     for i in starts:
         f, _ = _middle_dp(acc_pre, cpu_pre, mem_pre, uns_pre, comm, i, k, l, memory)
@@ -193,10 +183,8 @@ def _best_ring(acc, cpu, size, unsupported, comm, starts, k, l, memory):
     return best, best_i, best_j
 
 
-def _middle(acc, cpu, size, unsupported, comm, i, j, k, l, memory) -> list[tuple[int, int, bool]]:
+def _middle(acc_pre, cpu_pre, mem_pre, uns_pre, comm, i, j, k, l, memory) -> list[tuple[int, int, bool]]:
     """The best middle split's segments (start, end, on an accelerator)."""
-    acc_pre, cpu_pre, mem_pre = _prefix(acc), _prefix(cpu), _prefix(size)
-    uns_pre = _prefix(unsupported.astype(np.float64))
     f, choice = _middle_dp(acc_pre, cpu_pre, mem_pre, uns_pre, comm, i, k, l, memory)
     m, c = np.unravel_index(int(np.argmin(f[j])), f[j].shape)
     out = []

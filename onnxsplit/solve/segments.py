@@ -234,7 +234,7 @@ def _block_orders(blocks, order_pos: np.ndarray) -> list[list[int]]:
     (depth-first-ish), ready blocks taken earliest-first and latest-first, and
     RANDOM_ORDERS random ones (each step continues the newest ready block with probability
     0, 1/2 or 9/10, or takes any ready one); each also with its source blocks moved late
-    (:func:`_sources_late`).  On Inception-v3 the random ones cut 1312 to 1279: which of a
+    (:func:`sources_late`).  On Inception-v3 the random ones cut 1312 to 1279: which of a
     module's branches ends up next to the following module decides what one call holds."""
     import random
 
@@ -253,7 +253,7 @@ def _block_orders(blocks, order_pos: np.ndarray) -> list[list[int]]:
         newest = (0.0, 0.5, 0.9)[i % 3]
         orders.append(_kahn(succ, indegree, lambda ready, newest=newest: (
             len(ready) - 1 if rng.random() < newest else rng.randrange(len(ready)))))
-    orders += [_sources_late(order, succ, indegree) for order in orders]
+    orders += [sources_late(order, succ, indegree) for order in orders]
     return [list(o) for o in dict.fromkeys(tuple(o) for o in orders if len(o) == nb)]
 
 
@@ -273,10 +273,11 @@ def _kahn(succ, indegree: np.ndarray, choose) -> list[int]:
     return out
 
 
-def _sources_late(order: list[int], succ, indegree: np.ndarray) -> list[int]:
-    """``order`` with every source block (a weight, a constant) moved to just before its
-    first consumer: an interval of the order then holds a layer with its weights (on a
-    ResNet-50 whose weights are ConstantOfShape nodes, latency_dp 8.46 -> 8.31 ms)."""
+def sources_late(order: list[int], succ, indegree: np.ndarray) -> list[int]:
+    """``order`` with every source (a weight, a constant: indegree 0) moved to just before
+    its first consumer: an interval of the order then holds a layer with its weights (on a
+    ResNet-50 whose weights are ConstantOfShape nodes, latency_dp 8.46 -> 8.31 ms).  Used
+    on blocks here and on nodes by :mod:`ring`."""
     at = {b: i for i, b in enumerate(order)}
     before: dict[int, list[int]] = {}
     for b in order:
