@@ -16,7 +16,8 @@ What makes it tractable on open-source solvers, none of it changing the optimum:
   class i may use device d only if device d-1 holds a class before i;
 * **warm start** -- the DP's plan (or any plan), relabelled to fit that order;
 * **a packing bound** (``bounds``) as the floor of T, which the LP relaxation cannot
-  see on a few large classes;
+  see on a few large classes, and a **spreading-metric bound** (``spread``) for the
+  transfers it cannot see either;
 * **a time limit** that returns the best plan found with the solver's proven lower bound.
 
 The plan returned is re-scored by the evaluator; its value is the evaluator's.
@@ -32,7 +33,7 @@ import numpy as np
 from ..errors import OnnxsplitError, SolveError, SplitError
 from ..plan import Plan, gap_of
 from ..workload import Workload
-from . import evaluate, pairs, subgraph
+from . import evaluate, pairs, spread, subgraph
 from .bounds import packing_bound
 from .segments import latency_lower_bound, longest_paths
 
@@ -120,10 +121,11 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     start.  The better start is improved by re-dividing two devices' classes at a time
     (:mod:`pairs`, at most PAIRS_SHARE of the time).  Where the transfer-free phase was
     skipped and the gap is still open, the full program gets a short try
-    (FIRST_TRY_SHARE); if that does not prove the gap, prefixes and suffixes of the graph
-    are solved for bounds (:mod:`subgraph`, at most PARTS_SHARE): a part is often far
-    easier than the whole and as hard.  Then the full program; the proven bound is the
-    largest of them.
+    (FIRST_TRY_SHARE); if that does not prove the gap, a spreading-metric LP bounds the
+    transfers every plan pays (:mod:`spread`, at most SPREAD_SHARE), and prefixes and
+    suffixes of the graph are solved for bounds (:mod:`subgraph`, at most PARTS_SHARE): a
+    part is often far easier than the whole and as hard.  Then the full program; the
+    proven bound is the largest of them.
     """
     import mip
 
@@ -183,12 +185,21 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
             floor = max(floor, full.bound() or 0.0)
             keep_if_better(full.assignment())
             full = status = None
-            phase_start = time.perf_counter()
-            part = subgraph.grown_part_bounds(
-                w, best_start, time_limit * PARTS_SHARE, best_value * (1 - gap),
-                lambda sub, sub_start, seconds: _part_bound(sub, sub_start, seconds, gap, opts))
-            details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
-            floor = max(floor, part) if part is not None else floor
+            if not split_passes:
+                # transfers the LP relaxation cannot see: a spreading-metric LP (spread.py)
+                phase_start = time.perf_counter()
+                spreading = spread.spreading_bound(cl, w.num_accelerators, w.num_cpus, floor, best_value,
+                                                   time_limit * SPREAD_SHARE)
+                details["spreading_bound"] = spreading
+                details["spreading_seconds"] = time.perf_counter() - phase_start
+                floor = max(floor, spreading or 0.0)
+            if gap_of(best_value, floor) > gap:
+                phase_start = time.perf_counter()
+                part = subgraph.grown_part_bounds(
+                    w, best_start, time_limit * PARTS_SHARE, best_value * (1 - gap),
+                    lambda sub, sub_start, seconds: _part_bound(sub, sub_start, seconds, gap, opts))
+                details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
+                floor = max(floor, part) if part is not None else floor
     if best_start is not None and gap_of(best_value, floor) is not None and gap_of(best_value, floor) <= gap:
         # the transfer-free or a part's bound already proves the best start within the gap
         return _throughput_plan(w, best_start, best_value, floor, contiguous, split_passes, True,
@@ -256,6 +267,7 @@ def _part_bound(sub: Workload, start: dict[int, str], seconds: float, gap: float
 
 TRANSFER_FREE_SHARE = 0.3  # of the time limit, at most, for the transfer-free phase
 PARTS_SHARE = 0.3  # of the time limit, at most, for the bounds on parts of the graph
+SPREAD_SHARE = 0.15  # of the time limit, at most, for the spreading-metric bound
 FIRST_TRY_SHARE = 0.1  # of the time limit, for the full program before the parts
 PAIRS_SHARE = 0.25  # of the time limit, at most, for the pairwise re-optimisation
 TRANSFER_FREE_GAP = 1e-4
