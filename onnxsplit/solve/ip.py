@@ -72,6 +72,15 @@ class Classes:
         names = [d.name for d in w.devices]
         return {int(w.ids[v]): names[devices[self.of_node[v]]] for v in range(w.n)}
 
+    def hyper_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The hyperedges as arrays: (source class, CSR pointer into members, members, weight)."""
+        sizes = [len(m) for _, m, _, _ in self.hyper]
+        ptr = np.zeros(len(self.hyper) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum(sizes)
+        return (np.array([s for s, _, _, _ in self.hyper], dtype=np.int64), ptr,
+                np.array([g for _, m, _, _ in self.hyper for g in m], dtype=np.int64),
+                np.array([wt for _, _, wt, _ in self.hyper], dtype=np.float64))
+
     def device_costs(self) -> tuple[np.ndarray, np.ndarray]:
         """(each class's forward + backward time on an accelerator, inf where unsupported;
         the same on a CPU)."""
@@ -205,7 +214,7 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                 details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
                 floor = max(floor, part) if part is not None else floor
     if best_start is not None and gap_of(best_value, floor) is not None and gap_of(best_value, floor) <= gap:
-        # the transfer-free or a part's bound already proves the best start within the gap
+        # the transfer-free, the spreading or a part's bound already proves the best start within the gap
         return _throughput_plan(w, best_start, best_value, floor, contiguous, split_passes, True,
                                 method, time.perf_counter() - start, details)
     # T's floor in the full program stays the packing bound: the transfer-free bound there

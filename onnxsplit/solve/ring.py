@@ -47,10 +47,7 @@ def ring_split(w: Workload) -> Plan | None:
         return None
     rank = _late_source_rank(w, cl)
     cl = _reordered(cl, rank)
-    ptr = np.zeros(len(cl.hyper) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(m) for _, m, _, _ in cl.hyper])
-    members = np.array([g for _, m, _, _ in cl.hyper for g in m], dtype=np.int64)
-    weight = np.array([wt for _, _, wt, _ in cl.hyper], dtype=np.float64)
+    _, ptr, members, weight = cl.hyper_arrays()
     # running totals over the order: a segment's compute, CPU time, memory and unsupported
     # classes are differences of two
     tables = tuple(np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])

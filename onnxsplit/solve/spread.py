@@ -50,8 +50,7 @@ def spreading_bound(cl, k: int, l: int, floor: float, upper: float, seconds: flo
         return None
     deadline = time.perf_counter() + seconds
     lp = _SpreadingLP(cl, k, l, floor, upper)
-    weight = lp.w
-    for u in np.argsort(-weight, kind="stable")[:INITIAL_SOURCES]:
+    for u in np.argsort(-lp.w, kind="stable")[:INITIAL_SOURCES]:
         lp.add_source(int(u))
     best = None
     while True:
@@ -79,8 +78,7 @@ class _SpreadingLP:
         h.setOptionValue("output_flag", False)
         self.inf = inf = highspy.kHighsInf
         self.ok = highspy.HighsModelStatus.kOptimal
-        n, hyper = cl.n, cl.hyper
-        nh = len(hyper)
+        n, nh = cl.n, len(cl.hyper)
         self.n, self.nh, self.l = n, nh, l
         acc = np.where(cl.supported, cl.acc_fwd + cl.acc_bwd, 0.0)
         cpu = cl.cpu_fwd + cl.cpu_bwd
@@ -88,12 +86,11 @@ class _SpreadingLP:
         self.w = np.where(cl.supported, np.minimum(acc, cpu) if l else acc, cpu)
         # a class that must run on an accelerator in any plan better than ``upper``
         self.on_accelerator = cl.supported & ((cpu > upper) if l else True)
-        self.cost = np.array([c for _, _, c, _ in hyper], dtype=np.float64)
-        self.src = np.array([s for s, _, _, _ in hyper], dtype=np.int64)
-        sizes = np.array([len(m) for _, m, _, _ in hyper], dtype=np.int64)
-        self.ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.members = np.array([g for _, m, _, _ in hyper for g in m], dtype=np.int64)
-        self.of_entry = np.repeat(np.arange(nh), sizes)
+        self.src, self.ptr, self.members, self.cost = cl.hyper_arrays()
+        sizes = np.diff(self.ptr)
+        self.member_src = np.repeat(self.src, sizes)  # each member's tensor's source
+        # tensors with more than two classes meet at a hub (a column of each source's own)
+        self.big = np.flatnonzero(sizes > 2)
         self.sources: set[int] = set()
         # columns: T, a[n] (CPU share), l[nh] (length), kappa[nh]
         self.T, self.a, self.len, self.kappa = 0, 1, 1 + n, 1 + n + nh
@@ -133,7 +130,7 @@ class _SpreadingLP:
         h, n, nh, inf = self.highs, self.n, self.nh, self.inf
         own = bool(self.on_accelerator[u])
         base = h.getNumCol()
-        big = np.flatnonzero(np.diff(self.ptr) > 2)
+        big = self.big
         hub = np.full(nh, -1, dtype=np.int64)
         hub[big] = base + n + np.arange(len(big))
         count = n + len(big) + (nh if own else 0)
@@ -185,7 +182,10 @@ class _SpreadingLP:
 
     def violated_sources(self, T: float) -> list[int]:
         """Classes not yet sources whose row the current lengths violate, most violated first:
-        their potentials at min(1, distance) -- the largest any can be -- do not satisfy it."""
+        their potentials at min(1, distance) -- the largest any can be -- do not satisfy it.
+        Exact for the spreading rows.  For a part's own transfers it is a test, not a proof
+        (larger potentials also mean more transfers, and unsupported classes are held at 1):
+        a row it passes may still be violated, which leaves the bound weaker, never wrong."""
         length = np.clip(self.x[self.len:self.len + self.nh], 0.0, 1.0)
         out = []
         for u in range(self.n):
@@ -194,7 +194,7 @@ class _SpreadingLP:
             p = _capped_distances(u, self.n, self.adj_ptr, self.adj_node, self.adj_edge, length)
             if self.on_accelerator[u]:
                 p = np.where(self.supported, p, 1.0)
-                sigma = np.maximum.reduceat(np.abs(p[self.members] - p[self.src[self.of_entry]]), self.ptr[:-1])
+                sigma = np.maximum.reduceat(np.abs(p[self.members] - p[self.member_src]), self.ptr[:-1])
                 excess = float(self.acc @ (1 - p) + self.cost @ sigma) - T
             else:
                 excess = float(self.w @ (1 - p)) - max(1, self.l) * T
