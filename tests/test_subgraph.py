@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
-from onnxsplit.solve import ip, subgraph
+from onnxsplit.solve import evaluate, ip, subgraph
 from onnxsplit.workload import Workload
 
 
@@ -57,3 +57,26 @@ def test_grown_part_bounds_stay_below_the_optimum(seed):
     bound = subgraph.grown_part_bounds(w, best, 30, np.inf, solve)
     assert seen, "no part was tried"
     assert bound is not None and bound <= whole * (1 + 1e-6) + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_part_is_solved_only_where_it_could_raise_the_bound(seed):
+    """A part whose (improved) plan scores at most the bound already proven cannot raise
+    it and is skipped; below its brute-force optimum it is solved, never above that."""
+    data = bf.random_workload(seed, n_range=(4, 7), k_range=(1, 3), l_range=(0, 1), class_p=0.3)
+    whole, best = bf.brute_min_max_load(data, chain=False)
+    if whole is None:
+        return
+    w = Workload.from_paper_json(data)
+    keep = np.zeros(w.n, dtype=bool)
+    keep[list(w.topological_order)[: max(2, w.n // 2)]] = True
+    sub = subgraph.restricted(w, keep)
+    ids = set(int(i) for i in sub.ids)
+    start = {i: d for i, d in best.items() if i in ids}
+    part, _ = bf.brute_min_max_load(_sub_data(data, ids), chain=False)
+    opts = dict(contiguous=False, split_passes=False, solver="highs", threads=None, verbose=False)
+    plan_value = evaluate.max_load(sub, start).value
+    assert ip._part_bound(sub, start, 10, 1e-6, opts, proven=plan_value) == (None, True)
+    bound, solved = ip._part_bound(sub, start, 10, 1e-6, opts, proven=part * (1 - 1e-3) - 1e-9)
+    assert solved and bound is not None
+    assert part * (1 - 1e-5) - 1e-9 <= bound <= part * (1 + 1e-6) + 1e-9

@@ -35,10 +35,10 @@ def grown_part_bounds(w: Workload, start: dict[int, str], seconds: float, enough
                       solve: Callable[[Workload, dict[int, str], float], tuple[float | None, bool]]) -> float | None:
     """The best lower bound proven on prefixes and suffixes of a topological order.
 
-    ``solve(sub, sub_start, seconds)`` returns (a proven lower bound or None, whether it
-    proved the part optimal); ``start`` restricted to the part is its warm start.  A side
-    stops growing when its part was not proven optimal; everything stops at ``enough``
-    or after ``seconds``."""
+    ``solve(sub, sub_start, seconds)`` returns (a proven lower bound or None, whether to
+    grow on: it proved the part optimal, or did not need to try); ``start`` restricted to
+    the part is its warm start.  A side stops growing when its part was not proven
+    optimal; everything stops at ``enough`` or after ``seconds``."""
     deadline = time.perf_counter() + seconds
     order = np.array(w.topological_order, dtype=np.int64)
     best = None
