@@ -271,9 +271,9 @@ def _part_bound(sub: Workload, start: dict[int, str], seconds: float, gap: float
 
     Where that plan, first improved by re-dividing pairs of devices (as for the whole),
     scores at most ``proven`` (the whole's bound so far), the part's optimum does too and
-    no bound it proves can raise it: it is not solved, and (None, True) lets the next, larger part be
-    tried (op-level ResNet-50 training: a half that took 18 s for a bound of 89, against
-    a floor of 221, is skipped)."""
+    no bound it proves can raise it: it is not solved, and (None, True) lets the next,
+    larger part be tried (op-level ResNet-50 training: a half that took 18 s for a bound
+    of 89, against 221 proven, is skipped)."""
     import mip
 
     deadline = time.perf_counter() + seconds
