@@ -279,7 +279,8 @@ def _part_bound(sub: Workload, start: dict[int, str], seconds: float, gap: float
     deadline = time.perf_counter() + seconds
     cl = build_classes(sub)
     contiguous, split_passes = opts["contiguous"], opts["split_passes"]
-    if start and len(start) == sub.n:
+    complete = bool(start) and len(start) == sub.n  # a plan of the whole part
+    if complete:
         value = _scored_start(sub, start, contiguous, split_passes)[1]
         if value > proven and np.isfinite(value) and not (contiguous or split_passes):
             start = pairs.improve(sub, cl, start, seconds * PART_PAIRS_SHARE, opts["solver"])
@@ -288,7 +289,7 @@ def _part_bound(sub: Workload, start: dict[int, str], seconds: float, gap: float
             return None, True
     floor = _packing_floor(sub, cl, split_passes)
     program = _ThroughputIP(sub, cl, transfers=True, floor=floor, gap=gap, **opts)
-    if start and len(start) == sub.n:
+    if complete:
         program.warm(start)
     status = program.optimize(deadline - time.perf_counter())
     bound = program.bound()
