@@ -285,6 +285,15 @@ class Workload:
         return bool(self.backward.any())
 
 
+def csr(lists) -> tuple[np.ndarray, np.ndarray]:
+    """Adjacency lists (e.g. ``Workload.successors``) as (pointer, index) arrays, the form
+    compiled kernels take: list v is index[pointer[v]:pointer[v + 1]]."""
+    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(x) for x in lists])
+    idx = np.array([u for x in lists for u in x], dtype=np.int64)
+    return ptr, idx
+
+
 # ---- parsing helpers -------------------------------------------------------------------
 
 def _finite_nonneg(x) -> bool:

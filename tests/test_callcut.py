@@ -1,7 +1,8 @@
 """The least call time of a path segment (solve/callcut.py), against enumeration.
 
 The enumeration tries every node set C that meets the path exactly in the segment and
-times it as the latency model does (each tensor entering or leaving C once, plus C's
+holds the segment's hull (every node on a path between its ends, as a convex call must),
+and times it as the latency model does (each tensor entering or leaving C once, plus C's
 accelerator time); it never imports onnxsplit.solve.
 """
 
@@ -27,16 +28,36 @@ def _call_time(g, members: set) -> float:
     return t
 
 
-def _least_call(data, path_ids, i, e, mem, one_call):
-    """min time(C) over C with C ∩ path = path[i:e], supported, within mem, and (with
-    one_call) holding whole colour classes; None when no C qualifies."""
+def _reach(step, v) -> set:
+    """v and every node reachable from it along ``step`` (successors or predecessors)."""
+    seen, todo = {v}, [v]
+    while todo:
+        for u in step[todo.pop()]:
+            if u not in seen:
+                seen.add(u)
+                todo.append(u)
+    return seen
+
+
+def _is_convex(g, c: set) -> bool:
+    """No path leaves c and comes back."""
+    return not any(v not in c and _reach(g.preds, v) & c and _reach(g.succs, v) & c for v in g.ids)
+
+
+def _least_call(data, path_ids, i, e, mem, one_call, convex=False):
+    """min time(C) over C with C ∩ path = path[i:e], holding the hull of path[i:e],
+    supported, within mem, (with one_call) holding whole colour classes and (with convex)
+    convex; None when no C qualifies."""
     g = bf.view(data)
     seg = set(path_ids[i:e])
+    hull = _reach(g.succs, path_ids[i]) & _reach(g.preds, path_ids[e - 1])
     off = [v for v in g.ids if v not in path_ids]
     best = None
     for bits in itertools.product((0, 1), repeat=len(off)):
         c = seg | {v for v, b in zip(off, bits) if b}
-        if not all(g.sup[v] for v in c) or sum(g.size[v] for v in c) > mem:
+        if not hull <= c or not all(g.sup[v] for v in c) or sum(g.size[v] for v in c) > mem:
+            continue
+        if convex and not _is_convex(g, c):
             continue
         if one_call and any(g.cls[u] == g.cls[v] and (u in c) != (v in c) for u in g.ids for v in g.ids):
             continue
@@ -87,11 +108,11 @@ def test_below_the_least_call_within_memory(seed):
             assert times[i, e] >= ample[i, e] - 1e-9  # memory only adds
 
 
-def _projection_branch(mem):
+def _projection_branch(mem, branch_acc=1.0):
     # 0 -> 1 -> 2 -> 3 (the path) and a branch 0 -> 4 -> 3
     from workloads import edge, node, workload
 
-    nodes = [node(i, cpu=10, acc=1, size=1) for i in range(4)] + [node(4, cpu=10, acc=1, size=5)]
+    nodes = [node(i, cpu=10, acc=1, size=1) for i in range(4)] + [node(4, cpu=10, acc=branch_acc, size=5)]
     edges = [edge(0, 1, 2.0), edge(1, 2, 2.0), edge(2, 3, 2.0), edge(0, 4, 2.0), edge(4, 3, 3.0)]
     return Workload.from_paper_json(workload(nodes, edges, k=2, l=1, mem=mem))
 
@@ -103,8 +124,14 @@ def test_a_projection_branch_by_hand():
     times = callcut.segment_call_times(w, [0, 1, 2, 3], 1)
     assert times[1, 3] == pytest.approx(2.0 + 2 + 2.0)  # 0's tensor in, compute, 2's tensor out
     assert times[0, 2] == pytest.approx(2 + 2.0 + 2.0)  # 0's tensor once (to 1 inside, 4 outside), 1's out
-    assert times[0, 4] == pytest.approx(4 + 2.0 + 3.0)  # 4 does not fit: 0's tensor out, 4's in
+    assert times[0, 3] == pytest.approx(3 + 2.0 + 2.0)  # 4 does not fit: 0's tensor out, 2's out
+    # a call holding 0 and 3 holds 4 too (calls are convex), which does not fit
+    assert times[0, 4] == np.inf
     assert callcut.segment_call_times(_projection_branch(mem=9), [0, 1, 2, 3], 1)[0, 4] == pytest.approx(5)
+    # even where leaving 4 out would be cheaper (its tensors 2 + 3 against its compute 10)
+    slow = callcut.segment_call_times(_projection_branch(mem=9, branch_acc=10.0), [0, 1, 2, 3], 1)
+    assert slow[0, 4] == pytest.approx(4 + 10.0)
+    assert slow[0, 3] == pytest.approx(3 + 2.0 + 2.0)  # 0's tensor out to 4, 2's out to 3
 
 
 def test_past_its_deadline_it_claims_nothing():

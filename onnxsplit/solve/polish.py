@@ -21,7 +21,7 @@ import time
 import numpy as np
 from numba import njit
 
-from ..workload import Workload
+from ..workload import Workload, csr
 from . import evaluate
 from .baselines import class_members
 
@@ -88,8 +88,8 @@ class _Graph:
 
     def __init__(self, w: Workload):
         self.order = np.asarray(w.topological_order, dtype=np.int64)
-        self.pred_ptr, self.pred_idx = _csr(w.predecessors)
-        self.succ_ptr, self.succ_idx = _csr(w.successors)
+        self.pred_ptr, self.pred_idx = csr(w.predecessors)
+        self.succ_ptr, self.succ_idx = csr(w.successors)
         self.acc = w.acc_latency.astype(np.float64)
         self.cpu = w.cpu_latency.astype(np.float64)
         self.cost = w.out_cost.astype(np.float64)
@@ -103,13 +103,6 @@ class _Graph:
             if 0 <= d < k and not _convex(dev, d, self.order, self.pred_ptr, self.pred_idx):
                 return False
         return True
-
-
-def _csr(lists) -> tuple[np.ndarray, np.ndarray]:
-    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(x) for x in lists])
-    idx = np.array([u for x in lists for u in x], dtype=np.int64)
-    return ptr, idx
 
 
 @njit(cache=True)
