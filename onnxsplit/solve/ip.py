@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import OnnxsplitError, SolveError, SplitError
 from ..plan import Plan, gap_of
 from ..workload import Workload
-from . import evaluate, pairs, spread, subgraph
+from . import evaluate, pairs, setpart, spread, subgraph
 from .bounds import packing_bound
 from .segments import latency_lower_bound, longest_paths
 
@@ -135,7 +135,9 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     (:mod:`pairs`, at most PAIRS_SHARE of the time).  Where the transfer-free phase was
     skipped and the gap is still open, the full program gets a short try
     (FIRST_TRY_SHARE); if that does not prove the gap, a spreading-metric LP bounds the
-    transfers every plan pays (:mod:`spread`, at most SPREAD_SHARE), and prefixes and
+    transfers every plan pays (:mod:`spread`, at most SPREAD_SHARE), a set-partitioning LP
+    seeks a certificate that no plan reaches SETPART_GAP below the best (:mod:`setpart`, at
+    most SETPART_SHARE; each accelerator's set pays its own transfers), and prefixes and
     suffixes of the graph are solved for bounds (:mod:`subgraph`, at most PARTS_SHARE): a
     part is often far easier than the whole and as hard (one whose plan already scores
     within the bound so far is skipped: it cannot raise it).  Then the full program; the
@@ -207,6 +209,15 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                 details["spreading_bound"] = spreading
                 details["spreading_seconds"] = time.perf_counter() - phase_start
                 floor = max(floor, spreading or 0.0)
+                target = best_value * (1 - SETPART_GAP)
+                if best_start is not None and target > floor:
+                    # each accelerator's set pays its own transfers: a set-partitioning LP (setpart.py)
+                    phase_start = time.perf_counter()
+                    proven = setpart.infeasible(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, target,
+                                                cl.devices_of(w, best_start), time_limit * SETPART_SHARE)
+                    details["setpart_bound"] = target if proven else None
+                    details["setpart_seconds"] = time.perf_counter() - phase_start
+                    floor = max(floor, target) if proven else floor
             if gap_of(best_value, floor) > gap:
                 phase_start = time.perf_counter()
                 part = subgraph.grown_part_bounds(
@@ -298,6 +309,8 @@ def _part_bound(sub: Workload, start: dict[int, str], seconds: float, gap: float
 
 TRANSFER_FREE_SHARE = 0.3  # of the time limit, at most, for the transfer-free phase
 PARTS_SHARE = 0.3  # of the time limit, at most, for the bounds on parts of the graph
+SETPART_SHARE = 0.15  # of the time limit, at most, for the set-partitioning certificate
+SETPART_GAP = 0.0099  # the certificate is sought this far below the best plan
 SPREAD_SHARE = 0.15  # of the time limit, at most, for the spreading-metric bound
 FIRST_TRY_SHARE = 0.1  # of the time limit, for the full program before the parts
 PAIRS_SHARE = 0.25  # of the time limit, at most, for the pairwise re-optimisation

@@ -1,0 +1,391 @@
+"""A set-partitioning bound on the max load: is max load <= T impossible?
+
+A plan with max load at most T splits the classes into at most k accelerator sets --
+each of supported classes, within one accelerator's memory, its work plus the tensors
+crossing its boundary at most T -- and at most l CPU sets of CPU time at most T.  Let
+the sets be used in fractions instead: the LP
+
+    min  sum of the accelerator sets' fractions
+    s.t. every class covered exactly once;  the CPU sets' fractions sum to at most l
+
+is below every plan's count of accelerators.  Its dual gives a certificate: prices pi
+(one per class) such that every accelerator set has pi(S) < (sum pi - l mu) / k, with
+mu the most any CPU set is worth, show by weak duality that the LP, and so every plan
+with max load <= T, needs more than k accelerators.  Each set pays its own transfers
+here, which the IP's relaxation (every class split evenly, no tensor crossing) and the
+spreading LP see only on average: on op-level BERT-6 training (3 accelerators) the
+certificate at 1% below the best plan comes in about 85 s, where branch and bound on the
+full IP needs 316 s; op-level ResNet-50 training in about 15 s.
+
+The LP has a column per set, so columns are generated (Dantzig-Wolfe): the LP over the
+sets known so far gives prices; local search looks for a set worth more than 1 (one
+that lowers the LP); where it finds none, a MIP is asked for a set worth at least the
+certificate's threshold.  If there is none the certificate holds; if there is one, it is
+a new column.  The LP over the sets known so far only ever falls, so once its value is
+at most k no certificate can come and the search stops.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numba import njit
+
+SEEDS = 8  # best-priced known sets that local search starts from, each round
+MOVES = 500  # local search steps per seed, at most
+PURGE_EVERY = 50  # rounds between removals of sets that lost their price
+PURGE_ABOVE = 0.05  # a set is removed when its reduced cost is above this (and it is not basic)
+MARGIN = 1e-6  # relative: the MIP's threshold is lowered by this much, covering its tolerances
+
+
+def infeasible(cl, k: int, l: int, memory: float, T: float, plan_devices: np.ndarray | None,
+               seconds: float) -> bool:
+    """Whether no plan of the classes ``cl`` (:class:`ip.Classes`) on ``k`` accelerators and
+    ``l`` CPUs has max load at most ``T``, proven within ``seconds``; False where it cannot
+    be shown (in time, or at all: the LP then has a fractional plan).  ``plan_devices``
+    (class -> device index) seeds the LP with a known plan's accelerator sets."""
+    if k == 0 or not np.isfinite(T):
+        return False
+    deadline = time.perf_counter() + seconds
+    T = T * (1 + 1e-9) + 1e-12  # a plan scoring T, summed in another order, may read a hair above it
+    sets = _Sets(cl, memory)
+    master = _Master(cl.n, k, l)
+    pricing = _Pricing(sets, T)
+    for S in _initial_sets(sets, k, T, plan_devices):
+        master.add(S, on_cpu=False)
+    cpu = cl.cpu_fwd + cl.cpu_bwd
+    rounds = 0
+    while time.perf_counter() < deadline:
+        rounds += 1
+        value, pi, tau = master.solve()
+        if value is None or value <= k * (1 + MARGIN):
+            return False  # the LP over all sets is at most this: no certificate can come
+        found = _improving_sets(sets, master, pi, T)
+        cpu_set, cpu_value, mu = _cpu_set(cpu, pi, T, l)
+        cpu_added = cpu_value + tau > MARGIN and not master.has(cpu_set, on_cpu=True)
+        if cpu_added:
+            master.add(cpu_set, on_cpu=True)
+        if not found:
+            threshold = (pi.sum() - l * mu) / k
+            certifies = threshold > 1 + 2 * MARGIN
+            rhs = threshold * (1 - MARGIN) if certifies else 1 + 10 * MARGIN
+            S, none = pricing.find(pi, rhs, deadline - time.perf_counter())
+            if none and certifies:
+                return True
+            if S is not None and (pi[S].sum() <= 1 + MARGIN or master.has(S)):
+                S = None  # within the solvers' tolerances of a set the LP has priced
+            if S is None:
+                if none and cpu_added:
+                    continue
+                return False  # out of time, or the LP converged without a certificate
+            found = [S]
+        for S in found:
+            master.add(S, on_cpu=False)
+        if rounds % PURGE_EVERY == 0:
+            master.purge(pi, tau)
+    return False
+
+
+class _Sets:
+    """The classes' accelerator data as arrays for the compiled local search."""
+
+    def __init__(self, cl, memory: float):
+        self.n = cl.n
+        self.work = (cl.acc_fwd + cl.acc_bwd).astype(np.float64)
+        self.size = cl.size.astype(np.float64)
+        self.supported = cl.supported.astype(np.bool_)
+        self.memory = float(memory) * (1 + 1e-12)
+        self.h_source, self.h_ptr, self.h_members, self.weight = cl.hyper_arrays()
+        per_class: list[list[int]] = [[] for _ in range(cl.n)]
+        for h in range(len(self.weight)):
+            for g in self.h_members[self.h_ptr[h]:self.h_ptr[h + 1]]:
+                per_class[g].append(h)
+        self.c_ptr = np.zeros(cl.n + 1, dtype=np.int64)
+        self.c_ptr[1:] = np.cumsum([len(x) for x in per_class])
+        self.c_hyper = np.array([h for x in per_class for h in x], dtype=np.int64)
+
+    def load(self, members) -> float:
+        inside = np.zeros(self.n, dtype=np.bool_)
+        inside[np.asarray(members, dtype=np.int64)] = True
+        return _load(inside, self.work, self.h_ptr, self.h_members, self.weight)[0]
+
+    def fits(self, members, T: float) -> bool:
+        members = np.asarray(members, dtype=np.int64)
+        return (bool(self.supported[members].all()) and float(self.size[members].sum()) <= self.memory
+                and self.load(members) <= T)
+
+
+def _initial_sets(sets: _Sets, k: int, T: float, plan_devices):
+    """Every class alone, every longest run of consecutive classes (topological order)
+    that fits, and the known plan's accelerator sets that fit."""
+    out = [np.array([g]) for g in range(sets.n) if sets.fits([g], T)]
+    end = 0
+    for start in range(sets.n):
+        end = max(end, start)
+        while end < sets.n and sets.fits(np.arange(start, end + 1), T):
+            end += 1
+        if end > start + 1:
+            out.append(np.arange(start, end))
+    if plan_devices is not None:
+        for d in range(k):
+            members = np.flatnonzero(plan_devices == d)
+            if members.size and sets.fits(members, T):
+                out.append(members)
+    return out
+
+
+def _improving_sets(sets: _Sets, master: "_Master", pi: np.ndarray, T: float) -> list[np.ndarray]:
+    """Sets worth more than 1 at prices ``pi``, by local search from the best-priced known sets."""
+    known = master.accelerator_sets()
+    worth = np.array([pi[S].sum() for S in known])
+    found: list[np.ndarray] = []
+    for i in np.argsort(-worth, kind="stable")[:SEEDS]:
+        inside = np.zeros(sets.n, dtype=np.bool_)
+        inside[known[i]] = True
+        _local_search(inside, pi, T, sets.memory, sets.size, sets.supported, sets.work, sets.c_ptr,
+                      sets.c_hyper, sets.h_ptr, sets.h_members, sets.weight, MOVES)
+        S = np.flatnonzero(inside)
+        if pi[S].sum() > 1 + MARGIN and not master.has(S) and not any(np.array_equal(S, F) for F in found):
+            found.append(S)
+    return found
+
+
+def _cpu_set(cpu: np.ndarray, pi: np.ndarray, T: float, l: int):
+    """(a CPU set of CPU time <= T chosen greedily by price per time, its worth, an upper
+    bound on any CPU set's worth -- the fractional knapsack's; 0 without CPUs)."""
+    if l == 0:
+        return np.array([], dtype=np.int64), 0.0, 0.0
+    free = np.flatnonzero((pi > 0) & (cpu <= 0))
+    cand = np.flatnonzero((pi > 0) & (cpu > 0) & (cpu <= T))
+    order = cand[np.argsort(-pi[cand] / cpu[cand], kind="stable")]
+    room, chosen, bound, whole = T, list(free), float(pi[free].sum()), True
+    for g in order:
+        if cpu[g] <= room:
+            room -= cpu[g]
+            chosen.append(g)
+            if whole:
+                bound += pi[g]
+        elif whole:
+            bound += pi[g] * room / cpu[g]  # the fractional knapsack stops at its first split item
+            whole = False
+    chosen = np.array(sorted(chosen), dtype=np.int64)
+    value = float(pi[chosen].sum())
+    return chosen, value, max(bound, value)
+
+
+class _Master:
+    """The LP over the sets known so far, on highspy: a row per class (= 1) and one for the
+    CPUs (<= l); an artificial column per class keeps it feasible."""
+
+    def __init__(self, n: int, k: int, l: int):
+        import highspy
+
+        self.highspy = highspy
+        self.n = n
+        self.h = h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("presolve", "off")  # keeps the basis from round to round
+        h.setOptionValue("simplex_strategy", 4)  # primal simplex: new columns keep the basis primal feasible
+        inf = highspy.kHighsInf
+        h.addRows(n, np.ones(n), np.ones(n), 0, np.zeros(n, dtype=np.int32), np.array([], dtype=np.int32),
+                  np.array([]))
+        h.addRow(-inf, float(l), 0, np.array([], dtype=np.int32), np.array([]))
+        for g in range(n):  # uncovered at a cost above any plan's count
+            h.addCol(float(k + 1), 0.0, inf, 1, np.array([g], dtype=np.int32), np.array([1.0]))
+        self.columns: list[tuple[np.ndarray, bool]] = []  # (classes, on the CPUs)
+        self.known: set[tuple[tuple[int, ...], bool]] = set()
+
+    def has(self, S: np.ndarray, on_cpu: bool = False) -> bool:
+        """Whether the set is a column already (one the LP's tolerances left priced a hair above 1)."""
+        return (tuple(S.tolist()), on_cpu) in self.known
+
+    def add(self, S: np.ndarray, on_cpu: bool) -> None:
+        if self.has(S, on_cpu):
+            return
+        self.known.add((tuple(S.tolist()), on_cpu))
+        rows = np.concatenate([S, [self.n]]) if on_cpu else S
+        self.h.addCol(0.0 if on_cpu else 1.0, 0.0, self.highspy.kHighsInf, len(rows),
+                      rows.astype(np.int32), np.ones(len(rows)))
+        self.columns.append((np.asarray(S, dtype=np.int64), on_cpu))
+
+    def accelerator_sets(self) -> list[np.ndarray]:
+        return [S for S, on_cpu in self.columns if not on_cpu]
+
+    def solve(self):
+        """(the LP's value, the classes' prices, the CPU row's price); value None if unsolved."""
+        h = self.h
+        h.run()
+        if h.getModelStatus() != self.highspy.HighsModelStatus.kOptimal:
+            return None, None, None
+        duals = np.array(h.getSolution().row_dual)
+        return h.getInfo().objective_function_value, duals[:self.n], float(duals[self.n])
+
+    def purge(self, pi: np.ndarray, tau: float) -> None:
+        """Drop nonbasic accelerator sets whose reduced cost rose above PURGE_ABOVE: the LP
+        grows slower and stays quick (op-level BERT-6 training: 205 s to 83 s)."""
+        status = self.h.getBasis().col_status
+        basic = self.highspy.HighsBasisStatus.kBasic
+        drop = [j for j, (S, on_cpu) in enumerate(self.columns)
+                if not on_cpu and status[self.n + j] != basic and 1.0 - pi[S].sum() > PURGE_ABOVE]
+        if drop:
+            self.h.deleteCols(len(drop), np.array([self.n + j for j in drop], dtype=np.int32))
+            gone = set(drop)
+            self.known -= {(tuple(self.columns[j][0].tolist()), False) for j in drop}
+            self.columns = [c for j, c in enumerate(self.columns) if j not in gone]
+
+
+class _Pricing:
+    """The MIP for an accelerator set with load <= T worth at least a threshold, on highspy:
+    a 0/1 per class, a crossing variable per tensor (at least |member - source|)."""
+
+    def __init__(self, sets: _Sets, T: float):
+        import highspy
+
+        self.highspy = highspy
+        self.n = n = sets.n
+        H = len(sets.weight)
+        self.h = h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("mip_max_improving_sols", 1)  # the first set found is enough
+        h.changeObjectiveSense(highspy.ObjSense.kMaximize)  # its worth steers the search
+        inf = highspy.kHighsInf
+        h.addVars(n, np.zeros(n), np.where(sets.supported, 1.0, 0.0))
+        h.changeColsIntegrality(n, np.arange(n, dtype=np.int32),
+                                np.array([highspy.HighsVarType.kInteger] * n))
+        h.addVars(H, np.zeros(H), np.ones(H))
+        every = np.arange(n + H, dtype=np.int32)
+        h.addRow(-inf, float(T), n + H, every, np.concatenate([sets.work, sets.weight]))
+        h.addRow(-inf, sets.memory, n, every[:n], sets.size)
+        starts, index, value = [], [], []
+        for e in range(H):
+            source = sets.h_source[e]
+            for m in sets.h_members[sets.h_ptr[e]:sets.h_ptr[e + 1]]:
+                if m != source:
+                    for sign in (1.0, -1.0):  # crossing >= +-(member - source)
+                        starts.append(len(index))
+                        index += [n + e, m, source]
+                        value += [1.0, -sign, sign]
+        if starts:
+            h.addRows(len(starts), np.zeros(len(starts)), np.full(len(starts), inf), len(index),
+                      np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32), np.array(value))
+        self.base_rows = h.getNumRow()
+
+    def find(self, pi: np.ndarray, rhs: float, seconds: float):
+        """(a set worth at least ``rhs`` or None, whether none exists -- proven)."""
+        if seconds <= 0:
+            return None, False
+        h, n = self.h, self.n
+        h.changeColsCost(n, np.arange(n, dtype=np.int32), pi.astype(np.float64))
+        h.addRow(float(rhs), self.highspy.kHighsInf, n, np.arange(n, dtype=np.int32), pi.astype(np.float64))
+        h.setOptionValue("time_limit", float(seconds))
+        h.run()
+        status = h.getModelStatus()
+        solution = np.array(h.getSolution().col_value[:n]) if h.getInfo().primal_solution_status else None
+        h.deleteRows(1, np.array([self.base_rows], dtype=np.int32))
+        if status == self.highspy.HighsModelStatus.kInfeasible:
+            return None, True
+        if solution is not None:
+            S = np.flatnonzero(solution > 0.5)
+            if pi[S].sum() >= rhs * (1 - MARGIN) - 1e-12:
+                return S, False
+        return None, False
+
+
+@njit(cache=True)
+def _load(inside, work, h_ptr, h_members, weight):
+    """(the set's work plus the weight of every tensor crossing its boundary, how many
+    members of each tensor it holds)."""
+    held = np.zeros(len(weight), dtype=np.int64)
+    load = 0.0
+    for g in range(len(inside)):
+        if inside[g]:
+            load += work[g]
+    for h in range(len(weight)):
+        c = 0
+        for t in range(h_ptr[h], h_ptr[h + 1]):
+            if inside[h_members[t]]:
+                c += 1
+        held[h] = c
+        if 0 < c < h_ptr[h + 1] - h_ptr[h]:
+            load += weight[h]
+    return load, held
+
+
+@njit(cache=True)
+def _change(g, add, held, work, c_ptr, c_hyper, h_ptr, weight):
+    """The load's change when class g joins (add) or leaves the set."""
+    d = work[g] if add else -work[g]
+    for t in range(c_ptr[g], c_ptr[g + 1]):
+        h = c_hyper[t]
+        size = h_ptr[h + 1] - h_ptr[h]
+        before = 0 < held[h] < size
+        after_count = held[h] + 1 if add else held[h] - 1
+        after = 0 < after_count < size
+        if before != after:
+            d += weight[h] if after else -weight[h]
+    return d
+
+
+@njit(cache=True)
+def _move(g, add, inside, held, c_ptr, c_hyper):
+    inside[g] = add
+    for t in range(c_ptr[g], c_ptr[g + 1]):
+        held[c_hyper[t]] += 1 if add else -1
+
+
+@njit(cache=True)
+def _local_search(inside, pi, T, memory, size, supported, work, c_ptr, c_hyper, h_ptr, h_members, weight, moves):
+    """Raise the set's worth at prices ``pi`` keeping it feasible (load <= T, memory):
+    add the best-priced class that fits; else drop classes of no worth that lower the
+    load; else swap one class for a better-priced one that fits."""
+    n = len(inside)
+    load, held = _load(inside, work, h_ptr, h_members, weight)
+    used = 0.0
+    for g in range(n):
+        if inside[g]:
+            used += size[g]
+    for _ in range(moves):
+        best, best_price = -1, 1e-12
+        for g in range(n):
+            if inside[g] or not supported[g] or pi[g] <= best_price or used + size[g] > memory:
+                continue
+            if load + _change(g, True, held, work, c_ptr, c_hyper, h_ptr, weight) <= T:
+                best, best_price = g, pi[g]
+        if best >= 0:
+            load += _change(best, True, held, work, c_ptr, c_hyper, h_ptr, weight)
+            _move(best, True, inside, held, c_ptr, c_hyper)
+            used += size[best]
+            continue
+        dropped = False
+        for g in range(n):
+            if inside[g] and pi[g] <= 1e-12:
+                d = _change(g, False, held, work, c_ptr, c_hyper, h_ptr, weight)
+                if d < -1e-12:
+                    _move(g, False, inside, held, c_ptr, c_hyper)
+                    load += d
+                    used -= size[g]
+                    dropped = True
+        if dropped:
+            continue
+        gain, out, into = 1e-9, -1, -1
+        for a in range(n):
+            if not inside[a]:
+                continue
+            da = _change(a, False, held, work, c_ptr, c_hyper, h_ptr, weight)
+            _move(a, False, inside, held, c_ptr, c_hyper)
+            for b in range(n):
+                if (inside[b] or b == a or not supported[b] or pi[b] - pi[a] <= gain
+                        or used - size[a] + size[b] > memory):
+                    continue
+                if load + da + _change(b, True, held, work, c_ptr, c_hyper, h_ptr, weight) <= T:
+                    gain, out, into = pi[b] - pi[a], a, b
+            _move(a, True, inside, held, c_ptr, c_hyper)
+        if out < 0:
+            break
+        load += _change(out, False, held, work, c_ptr, c_hyper, h_ptr, weight)
+        _move(out, False, inside, held, c_ptr, c_hyper)
+        load += _change(into, True, held, work, c_ptr, c_hyper, h_ptr, weight)
+        _move(into, True, inside, held, c_ptr, c_hyper)
+        used += size[into] - size[out]
+    return load
