@@ -14,8 +14,8 @@ mu the most any CPU set is worth, show by weak duality that the LP, and so every
 with max load <= T, needs more than k accelerators.  Each set pays its own transfers
 here, which the IP's relaxation (every class split evenly, no tensor crossing) and the
 spreading LP see only on average: on op-level BERT-6 training (3 accelerators) the
-certificate at 1% below the best plan comes in about 85 s, where branch and bound on the
-full IP needs 316 s; op-level ResNet-50 training in about 15 s.
+certificate at 1% below the best plan comes in 99 s, where branch and bound on the full
+IP needs 316 s; op-level ResNet-50 training in 14 s.
 
 The LP has a column per set, so columns are generated (Dantzig-Wolfe): the LP over the
 sets known so far gives prices; local search looks for a set worth more than 1 (one
@@ -223,7 +223,7 @@ class _Master:
 
     def purge(self, pi: np.ndarray, tau: float) -> None:
         """Drop nonbasic accelerator sets whose reduced cost rose above PURGE_ABOVE: the LP
-        grows slower and stays quick (op-level BERT-6 training: 205 s to 83 s)."""
+        grows slower and stays quick (op-level BERT-6 training, in a prototype: 205 s to 83 s)."""
         status = self.h.getBasis().col_status
         basic = self.highspy.HighsBasisStatus.kBasic
         drop = [j for j, (S, on_cpu) in enumerate(self.columns)
