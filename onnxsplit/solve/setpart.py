@@ -32,6 +32,8 @@ import time
 import numpy as np
 from numba import njit
 
+from ..workload import csr
+
 SEEDS = 8  # best-priced known sets that local search starts from, each round
 MOVES = 500  # local search steps per seed, at most
 PURGE_EVERY = 50  # rounds between removals of sets that lost their price
@@ -101,9 +103,7 @@ class _Sets:
         for h in range(len(self.weight)):
             for g in self.h_members[self.h_ptr[h]:self.h_ptr[h + 1]]:
                 per_class[g].append(h)
-        self.c_ptr = np.zeros(cl.n + 1, dtype=np.int64)
-        self.c_ptr[1:] = np.cumsum([len(x) for x in per_class])
-        self.c_hyper = np.array([h for x in per_class for h in x], dtype=np.int64)
+        self.c_ptr, self.c_hyper = csr(per_class)  # class -> its tensors
 
     def load(self, members) -> float:
         inside = np.zeros(self.n, dtype=np.bool_)
