@@ -6,6 +6,8 @@ with its own max-load model; it never imports onnxsplit.solve.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -92,3 +94,28 @@ def test_certifies_most_small_cases_just_below_the_optimum():
             cases += 1
             proven += _infeasible(w, 0.99 * best)
     assert cases >= 40 and proven >= 0.8 * cases, (proven, cases)
+
+
+def test_on_a_thread_of_its_own_it_gives_the_same_answers():
+    """setpart.Background (the throughput IP runs it beside its other phases) answers as the
+    call does, on both sides of the optimum of a case the brute force solved."""
+    w = _chain_of_three(cost=3.0)
+    cl = ip.build_classes(w)
+    for T, expected in ((23.0, False), (22.5, True)):
+        search = setpart.Background(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, T, None, 30)
+        assert search.finish() is expected
+        assert search.proven() is expected and search.T == T and 0 <= search.seconds < 30
+
+
+def test_a_stopped_search_claims_nothing():
+    """Stopped before its first round, no certificate comes even where one exists; an
+    error in the thread reaches the caller."""
+    w = _chain_of_three(cost=3.0)
+    cl = ip.build_classes(w)
+    stop = threading.Event()
+    stop.set()
+    assert not setpart.infeasible(cl, 2, 0, w.accelerator_memory, 22.5, None, seconds=30, stop=stop)
+    broken = setpart.Background(None, 2, 0, w.accelerator_memory, 22.5, None, 30)
+    with pytest.raises(AttributeError):
+        broken.finish()
+    assert not broken.proven()

@@ -133,15 +133,15 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     :func:`_transfer_free_can_prove`).  Its plan, scored with transfers, is a second warm
     start.  The better start is improved by re-dividing two devices' classes at a time
     (:mod:`pairs`, at most PAIRS_SHARE of the time).  Where the transfer-free phase was
-    skipped and the gap is still open, the full program gets a short try
-    (FIRST_TRY_SHARE); if that does not prove the gap, a spreading-metric LP bounds the
-    transfers every plan pays (:mod:`spread`, at most SPREAD_SHARE), a set-partitioning LP
-    seeks a certificate that no plan reaches SETPART_GAP below the best (:mod:`setpart`, at
-    most SETPART_SHARE; each accelerator's set pays its own transfers), and prefixes and
-    suffixes of the graph are solved for bounds (:mod:`subgraph`, at most PARTS_SHARE): a
-    part is often far easier than the whole and as hard (one whose plan already scores
-    within the bound so far is skipped: it cannot raise it).  Then the full program; the
-    proven bound is the largest of them.
+    skipped and the gap is still open, the full program gets a short try (FIRST_TRY_SHARE);
+    if that does not prove the gap, a set-partitioning LP seeks a certificate that no plan
+    reaches SETPART_GAP below the best (:mod:`setpart`; each accelerator's set pays its own
+    transfers) on a thread of its own, beside everything that follows and up to the time
+    limit; a spreading-metric LP bounds the transfers every plan pays (:mod:`spread`, at
+    most SPREAD_SHARE), and prefixes and suffixes of the graph are solved for bounds
+    (:mod:`subgraph`, at most PARTS_SHARE): a part is often far easier than the whole and as
+    hard (one whose plan already scores within the bound so far is skipped: it cannot raise
+    it).  Then the full program; the proven bound is the largest of them.
     """
     import mip
 
@@ -188,7 +188,7 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                "transfer_free_bound": relaxed_bound, "transfer_free_seconds": transfer_free_seconds,
                "pairs": [pairs_from, best_value], "pairs_seconds": time.perf_counter() - phase_start}
     method = "ip_contiguous" if contiguous else "ip"
-    full = status = None
+    full = status = certificate = None
     if transfer_heavy and gap_of(best_value, floor) is not None and gap_of(best_value, floor) > gap:
         # where transfers are much of the load the relaxations without them say little, and
         # parts of the graph can be far easier to prove than the whole (subgraph.py); the
@@ -201,6 +201,7 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
             floor = max(floor, full.bound() or 0.0)
             keep_if_better(full.assignment())
             full = status = None
+            certificate = _start_certificate(w, cl, best_start, best_value, floor, split_passes, left())
             if not split_passes:
                 # transfers the LP relaxation cannot see: a spreading-metric LP (spread.py)
                 phase_start = time.perf_counter()
@@ -209,15 +210,8 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                 details["spreading_bound"] = spreading
                 details["spreading_seconds"] = time.perf_counter() - phase_start
                 floor = max(floor, spreading or 0.0)
-                target = best_value * (1 - SETPART_GAP)
-                if best_start is not None and target > floor:
-                    # each accelerator's set pays its own transfers: a set-partitioning LP (setpart.py)
-                    phase_start = time.perf_counter()
-                    proven = setpart.infeasible(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, target,
-                                                cl.devices_of(w, best_start), time_limit * SETPART_SHARE)
-                    details["setpart_bound"] = target if proven else None
-                    details["setpart_seconds"] = time.perf_counter() - phase_start
-                    floor = max(floor, target) if proven else floor
+            if certificate is not None and certificate.proven():
+                floor = max(floor, certificate.T)
             if gap_of(best_value, floor) > gap:
                 phase_start = time.perf_counter()
                 part = subgraph.grown_part_bounds(
@@ -225,8 +219,12 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                     lambda sub, sub_start, seconds: _part_bound(sub, sub_start, seconds, gap, opts, floor))
                 details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
                 floor = max(floor, part) if part is not None else floor
+            if certificate is not None and certificate.proven():
+                floor = max(floor, certificate.T)
     if best_start is not None and gap_of(best_value, floor) is not None and gap_of(best_value, floor) <= gap:
-        # the transfer-free, the spreading or a part's bound already proves the best start within the gap
+        # the transfer-free, the spreading, the certificate or a part's bound already proves
+        # the best start within the gap
+        floor = _end_certificate(certificate, floor, details, cancel=True)
         return _throughput_plan(w, best_start, best_value, floor, contiguous, split_passes, True,
                                 method, time.perf_counter() - start, details)
     # T's floor in the full program stays the packing bound: the transfer-free bound there
@@ -237,6 +235,7 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
         if best_start is not None:
             full.warm(best_start)
         status = full.optimize(max(1.0, left()))
+    floor = _end_certificate(certificate, floor, details, cancel=status == mip.OptimizationStatus.OPTIMAL)
     seconds = time.perf_counter() - start
     details["ip_objective"] = full.model.objective_value if full.model.num_solutions else None
     assignment = full.assignment()
@@ -251,6 +250,30 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     lb = max(full.bound() or 0.0, floor)
     return _throughput_plan(w, assignment, value, lb, contiguous, split_passes,
                             status == mip.OptimizationStatus.OPTIMAL, method, seconds, details)
+
+
+def _start_certificate(w: Workload, cl: Classes, start: dict[int, str] | None, value: float, floor: float,
+                       split_passes: bool, seconds: float) -> "setpart.Background | None":
+    """The set-partitioning certificate that no plan reaches SETPART_GAP below ``value``
+    (setpart.py: each accelerator's set pays its own transfers, which the relaxation and the
+    spreading LP see only on average), sought on a thread of its own until the time limit;
+    None where it cannot raise the bound or does not apply (max fwd + max bwd)."""
+    target = value * (1 - SETPART_GAP)
+    if split_passes or start is None or not w.num_accelerators or not target > floor:
+        return None
+    return setpart.Background(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, target,
+                              cl.devices_of(w, start), seconds)
+
+
+def _end_certificate(certificate: "setpart.Background | None", floor: float, details: dict, cancel: bool) -> float:
+    """The floor raised by the certificate where it holds (waiting for it, or stopping it
+    first where ``cancel``), its figures in ``details``."""
+    if certificate is None:
+        return floor
+    proven = certificate.finish(cancel=cancel)
+    details["setpart_bound"] = certificate.T if proven else None
+    details["setpart_seconds"] = certificate.seconds
+    return max(floor, certificate.T) if proven else floor
 
 
 def _transfer_free_can_prove(w: Workload, start: dict[int, str] | None, value: float, gap: float,
@@ -309,7 +332,6 @@ def _part_bound(sub: Workload, start: dict[int, str], seconds: float, gap: float
 
 TRANSFER_FREE_SHARE = 0.3  # of the time limit, at most, for the transfer-free phase
 PARTS_SHARE = 0.3  # of the time limit, at most, for the bounds on parts of the graph
-SETPART_SHARE = 0.15  # of the time limit, at most, for the set-partitioning certificate
 SETPART_GAP = 0.0099  # the certificate is sought this far below the best plan
 SPREAD_SHARE = 0.15  # of the time limit, at most, for the spreading-metric bound
 FIRST_TRY_SHARE = 0.1  # of the time limit, for the full program before the parts

@@ -27,6 +27,7 @@ at most k no certificate can come and the search stops.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -42,23 +43,25 @@ MARGIN = 1e-6  # relative: the MIP's threshold is lowered by this much, covering
 
 
 def infeasible(cl, k: int, l: int, memory: float, T: float, plan_devices: np.ndarray | None,
-               seconds: float) -> bool:
+               seconds: float, stop: threading.Event | None = None) -> bool:
     """Whether no plan of the classes ``cl`` (:class:`ip.Classes`) on ``k`` accelerators and
-    ``l`` CPUs has max load at most ``T``, proven within ``seconds``; False where it cannot
-    be shown (in time, or at all: the LP then has a fractional plan).  ``plan_devices``
-    (class -> device index) seeds the LP with a known plan's accelerator sets."""
+    ``l`` CPUs has max load at most ``T``, proven within ``seconds`` (or before ``stop`` is
+    set); False where it cannot be shown (in time, or at all: the LP then has a fractional
+    plan).  ``plan_devices`` (class -> device index) seeds the LP with a known plan's
+    accelerator sets."""
     if k == 0 or not np.isfinite(T):
         return False
     deadline = time.perf_counter() + seconds
+    stop = stop or threading.Event()
     T = T * (1 + 1e-9) + 1e-12  # a plan scoring T, summed in another order, may read a hair above it
     sets = _Sets(cl, memory)
     master = _Master(cl.n, k, l)
-    pricing = _Pricing(sets, T)
+    pricing = _Pricing(sets, T, stop)
     for S in _initial_sets(sets, k, T, plan_devices):
         master.add(S, on_cpu=False)
     cpu = cl.cpu_fwd + cl.cpu_bwd
     rounds = 0
-    while time.perf_counter() < deadline:
+    while time.perf_counter() < deadline and not stop.is_set():
         rounds += 1
         value, pi, tau = master.solve()
         if value is None or value <= k * (1 + MARGIN):
@@ -87,6 +90,45 @@ def infeasible(cl, k: int, l: int, memory: float, T: float, plan_devices: np.nda
         if rounds % PURGE_EVERY == 0:
             master.purge(pi, tau)
     return False
+
+
+class Background:
+    """:func:`infeasible` on a thread of its own, beside the IP's other phases: HiGHS (here
+    through highspy, there through python-mip's cffi) and the compiled local search release
+    the GIL, so with two cores the certificate gets the whole time limit instead of a share
+    of it (op-level BERT-6 training: 99 s alone, 109 s beside a running IP)."""
+
+    def __init__(self, cl, k: int, l: int, memory: float, T: float, plan_devices: np.ndarray | None,
+                 seconds: float):
+        self.T = T
+        self.seconds: float | None = None  # until it ended, once it has
+        self._stop = threading.Event()
+        self._proven = False
+        self._error: BaseException | None = None
+        self._started = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, args=(cl, k, l, memory, T, plan_devices, seconds),
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, *args) -> None:
+        try:
+            self._proven = infeasible(*args, stop=self._stop)
+        except BaseException as error:  # raised again in the caller's thread by finish()
+            self._error = error
+        self.seconds = time.perf_counter() - self._started
+
+    def proven(self) -> bool:
+        """Whether the certificate holds already (False while it is still sought)."""
+        return not self._thread.is_alive() and self._proven and self._error is None
+
+    def finish(self, cancel: bool = False) -> bool:
+        """Wait for the search (stopping it first if ``cancel``); whether the certificate holds."""
+        if cancel:
+            self._stop.set()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._proven
 
 
 class _Sets:
@@ -237,9 +279,10 @@ class _Master:
 
 class _Pricing:
     """The MIP for an accelerator set with load <= T worth at least a threshold, on highspy:
-    a 0/1 per class, a crossing variable per tensor (at least |member - source|)."""
+    a 0/1 per class, a crossing variable per tensor (at least |member - source|); it stops
+    early once ``stop`` is set."""
 
-    def __init__(self, sets: _Sets, T: float):
+    def __init__(self, sets: _Sets, T: float, stop: threading.Event):
         import highspy
 
         self.highspy = highspy
@@ -247,6 +290,7 @@ class _Pricing:
         H = len(sets.weight)
         self.h = h = highspy.Highs()
         h.setOptionValue("output_flag", False)
+        h.cbMipInterrupt.subscribe(lambda event: event.interrupt() if stop.is_set() else None)
         h.setOptionValue("mip_max_improving_sols", 1)  # the first set found is enough
         h.changeObjectiveSense(highspy.ObjSense.kMaximize)  # its worth steers the search
         inf = highspy.kHighsInf
@@ -292,7 +336,7 @@ class _Pricing:
         return None, False
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _load(inside, work, h_ptr, h_members, weight):
     """(the set's work plus the weight of every tensor crossing its boundary, how many
     members of each tensor it holds)."""
@@ -312,7 +356,7 @@ def _load(inside, work, h_ptr, h_members, weight):
     return load, held
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _change(g, add, held, work, c_ptr, c_hyper, h_ptr, weight):
     """The load's change when class g joins (add) or leaves the set."""
     d = work[g] if add else -work[g]
@@ -327,14 +371,14 @@ def _change(g, add, held, work, c_ptr, c_hyper, h_ptr, weight):
     return d
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _move(g, add, inside, held, c_ptr, c_hyper):
     inside[g] = add
     for t in range(c_ptr[g], c_ptr[g + 1]):
         held[c_hyper[t]] += 1 if add else -1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _local_search(inside, pi, T, memory, size, supported, work, c_ptr, c_hyper, h_ptr, h_members, weight, moves):
     """Raise the set's worth at prices ``pi`` keeping it feasible (load <= T, memory):
     add the best-priced class that fits; else drop classes of no worth that lower the
