@@ -1,4 +1,4 @@
-"""A set-partitioning bound on the max load: is max load <= T impossible?
+"""A set-covering bound on the max load: is max load <= T impossible?
 
 A plan with max load at most T splits the classes into at most k accelerator sets --
 each of supported classes, within one accelerator's memory, its work plus the tensors
@@ -6,16 +6,22 @@ crossing its boundary at most T -- and at most l CPU sets of CPU time at most T.
 the sets be used in fractions instead: the LP
 
     min  sum of the accelerator sets' fractions
-    s.t. every class covered exactly once;  the CPU sets' fractions sum to at most l
+    s.t. every class covered at least once;  the CPU sets' fractions sum to at most l
 
-is below every plan's count of accelerators.  Its dual gives a certificate: prices pi
-(one per class) such that every accelerator set has pi(S) < (sum pi - l mu) / k, with
-mu the most any CPU set is worth, show by weak duality that the LP, and so every plan
-with max load <= T, needs more than k accelerators.  Each set pays its own transfers
-here, which the IP's relaxation (every class split evenly, no tensor crossing) and the
-spreading LP see only on average: on op-level BERT-6 training (3 accelerators) the
-certificate at 1% below the best plan comes in 99 s, where branch and bound on the full
-IP needs 316 s; op-level ResNet-50 training in 14 s.
+is below every plan's count of accelerators (a plan's sets cover each class once).  Its
+dual gives a certificate: prices pi (one per class) such that every accelerator set has
+pi(S) < (sum pi - l mu) / k, with mu the most any CPU set is worth, show by weak
+duality that the LP, and so every plan with max load <= T, needs more than k
+accelerators.  Each set pays its own transfers here, which the IP's relaxation (every
+class split evenly, no tensor crossing) and the spreading LP see only on average.
+
+Covering (>= 1) and not partitioning (= 1): the partitioning LP is at least as high, but
+so degenerate that its simplex took ~300 iterations a round and its prices swung from
+round to round; the covering LP's prices are >= 0 and settle in a few hundred rounds.
+Measured standalone, the certificate at 1% below the best plan (covering against
+partitioning): op-level BERT-6 training 45 s against 99 s, BERT-6 inference 55 s
+against none in 100 s, BERT-12 inference 15 s against none in 240 s, ResNet-50
+training 1.7 s against 8.5 s.
 
 The LP has a column per set, so columns are generated (Dantzig-Wolfe): the LP over the
 sets known so far gives prices; local search looks for a set worth more than 1 (one
@@ -217,7 +223,7 @@ def _cpu_set(cpu: np.ndarray, pi: np.ndarray, T: float, l: int):
 
 
 class _Master:
-    """The LP over the sets known so far, on highspy: a row per class (= 1) and one for the
+    """The LP over the sets known so far, on highspy: a row per class (>= 1) and one for the
     CPUs (<= l); an artificial column per class keeps it feasible."""
 
     def __init__(self, n: int, k: int, l: int):
@@ -230,7 +236,7 @@ class _Master:
         h.setOptionValue("presolve", "off")  # keeps the basis from round to round
         h.setOptionValue("simplex_strategy", 4)  # primal simplex: new columns keep the basis primal feasible
         inf = highspy.kHighsInf
-        h.addRows(n, np.ones(n), np.ones(n), 0, np.zeros(n, dtype=np.int32), np.array([], dtype=np.int32),
+        h.addRows(n, np.ones(n), np.full(n, inf), 0, np.zeros(n, dtype=np.int32), np.array([], dtype=np.int32),
                   np.array([]))
         h.addRow(-inf, float(l), 0, np.array([], dtype=np.int32), np.array([]))
         for g in range(n):  # uncovered at a cost above any plan's count
