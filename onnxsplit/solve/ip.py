@@ -210,8 +210,8 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                 details["spreading_bound"] = spreading
                 details["spreading_seconds"] = time.perf_counter() - phase_start
                 floor = max(floor, spreading or 0.0)
-            if certificate is not None and certificate.proven():
-                floor = max(floor, certificate.T)
+            if certificate is not None:
+                floor = max(floor, certificate.bound() or 0.0)
             if gap_of(best_value, floor) > gap:
                 phase_start = time.perf_counter()
                 part = subgraph.grown_part_bounds(
@@ -219,8 +219,8 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                     lambda sub, sub_start, seconds: _part_bound(sub, sub_start, seconds, gap, opts, floor))
                 details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
                 floor = max(floor, part) if part is not None else floor
-            if certificate is not None and certificate.proven():
-                floor = max(floor, certificate.T)
+            if certificate is not None:
+                floor = max(floor, certificate.bound() or 0.0)
     if best_start is not None and gap_of(best_value, floor) is not None and gap_of(best_value, floor) <= gap:
         # the transfer-free, the spreading, the certificate or a part's bound already proves
         # the best start within the gap
@@ -256,12 +256,13 @@ def _start_certificate(w: Workload, cl: Classes, start: dict[int, str] | None, v
                        split_passes: bool, seconds: float) -> "setpart.Background | None":
     """The set-partitioning certificate that no plan reaches SETPART_GAP below ``value``
     (setpart.py: each accelerator's set pays its own transfers, which the relaxation and the
-    spreading LP see only on average), sought on a thread of its own until the time limit;
-    None where it cannot raise the bound or does not apply (max fwd + max bwd)."""
+    spreading LP see only on average), sought on a thread of its own until the time limit,
+    at lower loads where it cannot come; None where it cannot raise the bound or does not
+    apply (max fwd + max bwd)."""
     target = value * (1 - SETPART_GAP)
     if split_passes or start is None or not w.num_accelerators or not target > floor:
         return None
-    return setpart.Background(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, target,
+    return setpart.Background(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, target, floor,
                               cl.devices_of(w, start), seconds)
 
 
@@ -270,10 +271,9 @@ def _end_certificate(certificate: "setpart.Background | None", floor: float, det
     first where ``cancel``), its figures in ``details``."""
     if certificate is None:
         return floor
-    proven = certificate.finish(cancel=cancel)
-    details["setpart_bound"] = certificate.T if proven else None
-    details["setpart_seconds"] = certificate.seconds
-    return max(floor, certificate.T) if proven else floor
+    bound = certificate.finish(cancel=cancel)
+    details["setpart_bound"], details["setpart_seconds"] = bound, certificate.seconds
+    return max(floor, bound or 0.0)
 
 
 def _transfer_free_can_prove(w: Workload, start: dict[int, str] | None, value: float, gap: float,

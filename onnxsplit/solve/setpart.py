@@ -45,7 +45,11 @@ SEEDS = 8  # best-priced known sets that local search starts from, each round
 MOVES = 500  # local search steps per seed, at most
 PURGE_EVERY = 50  # rounds between removals of sets that lost their price
 PURGE_ABOVE = 0.05  # a set is removed when its reduced cost is above this (and it is not basic)
-MARGIN = 1e-6  # relative: the MIP's threshold is lowered by this much, covering its tolerances
+MARGIN = 1e-6
+RETRY_SPAN = 0.002  # lower loads are tried until the one refuted and the one not are this close (relative)  # relative: the MIP's threshold is lowered by this much, covering its tolerances
+
+
+PROVEN, EXHAUSTED, STOPPED = "proven", "exhausted", "stopped"  # how a search ends
 
 
 def infeasible(cl, k: int, l: int, memory: float, T: float, plan_devices: np.ndarray | None,
@@ -55,8 +59,15 @@ def infeasible(cl, k: int, l: int, memory: float, T: float, plan_devices: np.nda
     set); False where it cannot be shown (in time, or at all: the LP then has a fractional
     plan).  ``plan_devices`` (class -> device index) seeds the LP with a known plan's
     accelerator sets."""
+    return _search(cl, k, l, memory, T, plan_devices, seconds, stop) == PROVEN
+
+
+def _search(cl, k: int, l: int, memory: float, T: float, plan_devices: np.ndarray | None,
+            seconds: float, stop: threading.Event | None) -> str:
+    """:func:`infeasible`'s search: PROVEN, EXHAUSTED (no certificate can come at this T)
+    or STOPPED (out of time, or stopped)."""
     if k == 0 or not np.isfinite(T):
-        return False
+        return EXHAUSTED
     deadline = time.perf_counter() + seconds
     stop = stop or threading.Event()
     T = T * (1 + 1e-9) + 1e-12  # a plan scoring T, summed in another order, may read a hair above it
@@ -71,7 +82,7 @@ def infeasible(cl, k: int, l: int, memory: float, T: float, plan_devices: np.nda
         rounds += 1
         value, pi, tau = master.solve()
         if value is None or value <= k * (1 + MARGIN):
-            return False  # the LP over all sets is at most this: no certificate can come
+            return EXHAUSTED  # the LP over all sets is at most this: no certificate can come
         found = _improving_sets(sets, master, pi, T)
         cpu_set, cpu_value, mu = _cpu_set(cpu, pi, T, l)
         cpu_added = cpu_value + tau > MARGIN and not master.has(cpu_set, on_cpu=True)
@@ -83,58 +94,73 @@ def infeasible(cl, k: int, l: int, memory: float, T: float, plan_devices: np.nda
             rhs = threshold * (1 - MARGIN) if certifies else 1 + 10 * MARGIN
             S, none = pricing.find(pi, rhs, deadline - time.perf_counter())
             if none and certifies:
-                return True
+                return PROVEN
             if S is not None and (pi[S].sum() <= 1 + MARGIN or master.has(S)):
                 S = None  # within the solvers' tolerances of a set the LP has priced
             if S is None:
                 if none and cpu_added:
                     continue
-                return False  # out of time, or the LP converged without a certificate
+                return EXHAUSTED if none else STOPPED  # the LP converged without a certificate, or out of time
             found = [S]
         for S in found:
             master.add(S, on_cpu=False)
         if rounds % PURGE_EVERY == 0:
             master.purge(pi, tau)
-    return False
+    return STOPPED
 
 
 class Background:
-    """:func:`infeasible` on a thread of its own, beside the IP's other phases: HiGHS (here
-    through highspy, there through python-mip's cffi) and the compiled local search release
-    the GIL, so with two cores the certificate gets the whole time limit instead of a share
-    of it (op-level BERT-6 training: 99 s alone, 109 s beside a running IP)."""
+    """The certificate sought on a thread of its own, beside the IP's other phases: HiGHS
+    (here through highspy, there through python-mip's cffi) and the compiled local search
+    release the GIL, so with two cores it gets the whole time limit instead of a share of
+    it.  Where no certificate can come at ``target`` (the LP falls to k), a lower load is
+    tried, halfway to the highest one known impossible (``floor`` at first): the bound
+    still rises where the best plan is not within reach of one."""
 
-    def __init__(self, cl, k: int, l: int, memory: float, T: float, plan_devices: np.ndarray | None,
-                 seconds: float):
-        self.T = T
+    def __init__(self, cl, k: int, l: int, memory: float, target: float, floor: float,
+                 plan_devices: np.ndarray | None, seconds: float):
+        self.target = target
         self.seconds: float | None = None  # until it ended, once it has
+        self._bound: float | None = None
         self._stop = threading.Event()
-        self._proven = False
         self._error: BaseException | None = None
         self._started = time.perf_counter()
-        self._thread = threading.Thread(target=self._run, args=(cl, k, l, memory, T, plan_devices, seconds),
+        self._thread = threading.Thread(target=self._run, args=(cl, k, l, memory, floor, plan_devices, seconds),
                                         daemon=True)
         self._thread.start()
 
-    def _run(self, *args) -> None:
+    def _run(self, cl, k, l, memory, floor, plan_devices, seconds) -> None:
+        deadline = self._started + seconds
+        low, T = floor, self.target
         try:
-            self._proven = infeasible(*args, stop=self._stop)
+            while True:
+                outcome = _search(cl, k, l, memory, T, plan_devices, deadline - time.perf_counter(), self._stop)
+                if outcome == PROVEN:
+                    self._bound = low = T
+                    high = self.target if T < self.target else None
+                elif outcome == EXHAUSTED:
+                    high = T
+                else:
+                    break
+                if high is None or high <= low * (1 + RETRY_SPAN):
+                    break
+                T = (low + high) / 2
         except BaseException as error:  # raised again in the caller's thread by finish()
             self._error = error
         self.seconds = time.perf_counter() - self._started
 
-    def proven(self) -> bool:
-        """Whether the certificate holds already (False while it is still sought)."""
-        return not self._thread.is_alive() and self._proven and self._error is None
+    def bound(self) -> float | None:
+        """The highest load proven impossible so far (None before the first certificate)."""
+        return self._bound
 
-    def finish(self, cancel: bool = False) -> bool:
-        """Wait for the search (stopping it first if ``cancel``); whether the certificate holds."""
+    def finish(self, cancel: bool = False) -> float | None:
+        """Wait for the search (stopping it first if ``cancel``); :meth:`bound` then."""
         if cancel:
             self._stop.set()
         self._thread.join()
         if self._error is not None:
             raise self._error
-        return self._proven
+        return self._bound
 
 
 class _Sets:
