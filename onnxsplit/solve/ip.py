@@ -134,10 +134,10 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     start.  The better start is improved by re-dividing two devices' classes at a time
     (:mod:`pairs`, at most PAIRS_SHARE of the time).  Where the transfer-free phase was
     skipped and the gap is still open, the full program gets a short try (FIRST_TRY_SHARE);
-    if that does not prove the gap, a set-partitioning LP seeks a certificate that no plan
+    if that does not prove the gap, a set-covering LP seeks a certificate that no plan
     reaches SETPART_GAP below the best (:mod:`setpart`; each accelerator's set pays its own
-    transfers) on a thread of its own, beside everything that follows and up to the time
-    limit; a spreading-metric LP bounds the transfers every plan pays (:mod:`spread`, at
+    transfers; lower loads where none can come there) on a thread of its own, beside
+    everything that follows and up to the time limit; a spreading-metric LP bounds the transfers every plan pays (:mod:`spread`, at
     most SPREAD_SHARE), and prefixes and suffixes of the graph are solved for bounds
     (:mod:`subgraph`, at most PARTS_SHARE): a part is often far easier than the whole and as
     hard (one whose plan already scores within the bound so far is skipped: it cannot raise
@@ -254,7 +254,7 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
 
 def _start_certificate(w: Workload, cl: Classes, start: dict[int, str] | None, value: float, floor: float,
                        split_passes: bool, seconds: float) -> "setpart.Background | None":
-    """The set-partitioning certificate that no plan reaches SETPART_GAP below ``value``
+    """The set-covering certificate that no plan reaches SETPART_GAP below ``value``
     (setpart.py: each accelerator's set pays its own transfers, which the relaxation and the
     spreading LP see only on average), sought on a thread of its own until the time limit,
     at lower loads where it cannot come; None where it cannot raise the bound or does not
