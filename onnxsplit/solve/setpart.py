@@ -45,10 +45,8 @@ SEEDS = 8  # best-priced known sets that local search starts from, each round
 MOVES = 500  # local search steps per seed, at most
 PURGE_EVERY = 50  # rounds between removals of sets that lost their price
 PURGE_ABOVE = 0.05  # a set is removed when its reduced cost is above this (and it is not basic)
-MARGIN = 1e-6
-RETRY_SPAN = 0.002  # lower loads are tried until the one refuted and the one not are this close (relative)  # relative: the MIP's threshold is lowered by this much, covering its tolerances
-
-
+MARGIN = 1e-6  # relative: the MIP's threshold is lowered by this much, covering its tolerances
+RETRY_SPAN = 0.002  # relative: lower loads are tried until the refuted and the proven one are this close
 PROVEN, EXHAUSTED, STOPPED = "proven", "exhausted", "stopped"  # how a search ends
 
 
