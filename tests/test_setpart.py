@@ -124,3 +124,23 @@ def test_a_stopped_search_claims_nothing():
     with pytest.raises(AttributeError):
         broken.finish()
     assert broken.bound() is None
+
+
+def test_lower_loads_stay_below_every_load_found_hopeless(monkeypatch):
+    """The retries bisect between the highest load proven impossible and the lowest where
+    no certificate can come: against an oracle that proves below 22 and gives up at 22 or
+    above, no load is tried at or above one it gave up at, and the search ends within
+    RETRY_SPAN of 22."""
+    tried: list[float] = []
+
+    def oracle(sets, k, l, T, plan_devices, seconds, stop):
+        tried.append(T)
+        return setpart.PROVEN if T < 22.0 else setpart.EXHAUSTED
+
+    monkeypatch.setattr(setpart, "_search", oracle)
+    w = _chain_of_three(cost=3.0)
+    bound = setpart.Background(ip.build_classes(w), 2, 0, w.accelerator_memory, 30.0, 10.0, None, 30).finish()
+    assert tried[0] == 30.0 and len(tried) > 3
+    for i, T in enumerate(tried):
+        assert all(T < earlier for earlier in tried[:i] if earlier >= 22.0), tried
+    assert 22.0 / (1 + setpart.RETRY_SPAN) <= bound < 22.0

@@ -137,11 +137,12 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     if that does not prove the gap, a set-covering LP seeks a certificate that no plan
     reaches SETPART_GAP below the best (:mod:`setpart`; each accelerator's set pays its own
     transfers; lower loads where none can come there) on a thread of its own, beside
-    everything that follows and up to the time limit; a spreading-metric LP bounds the transfers every plan pays (:mod:`spread`, at
-    most SPREAD_SHARE), and prefixes and suffixes of the graph are solved for bounds
-    (:mod:`subgraph`, at most PARTS_SHARE): a part is often far easier than the whole and as
-    hard (one whose plan already scores within the bound so far is skipped: it cannot raise
-    it).  Then the full program; the proven bound is the largest of them.
+    everything that follows and up to the time limit; a spreading-metric LP bounds the
+    transfers every plan pays (:mod:`spread`, at most SPREAD_SHARE), and prefixes and
+    suffixes of the graph are solved for bounds (:mod:`subgraph`, at most PARTS_SHARE): a
+    part is often far easier than the whole and as hard (one whose plan already scores
+    within the bound so far is skipped: it cannot raise it).  Then the full program; the
+    proven bound is the largest of them.
     """
     import mip
 

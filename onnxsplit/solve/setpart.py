@@ -57,10 +57,10 @@ def infeasible(cl, k: int, l: int, memory: float, T: float, plan_devices: np.nda
     set); False where it cannot be shown (in time, or at all: the LP then has a fractional
     plan).  ``plan_devices`` (class -> device index) seeds the LP with a known plan's
     accelerator sets."""
-    return _search(cl, k, l, memory, T, plan_devices, seconds, stop) == PROVEN
+    return _search(_Sets(cl, memory), k, l, T, plan_devices, seconds, stop) == PROVEN
 
 
-def _search(cl, k: int, l: int, memory: float, T: float, plan_devices: np.ndarray | None,
+def _search(sets: "_Sets", k: int, l: int, T: float, plan_devices: np.ndarray | None,
             seconds: float, stop: threading.Event | None) -> str:
     """:func:`infeasible`'s search: PROVEN, EXHAUSTED (no certificate can come at this T)
     or STOPPED (out of time, or stopped)."""
@@ -69,12 +69,10 @@ def _search(cl, k: int, l: int, memory: float, T: float, plan_devices: np.ndarra
     deadline = time.perf_counter() + seconds
     stop = stop or threading.Event()
     T = T * (1 + 1e-9) + 1e-12  # a plan scoring T, summed in another order, may read a hair above it
-    sets = _Sets(cl, memory)
-    master = _Master(cl.n, k, l)
+    master = _Master(sets.n, k, l)
     pricing = _Pricing(sets, T, stop)
     for S in _initial_sets(sets, k, T, plan_devices):
         master.add(S, on_cpu=False)
-    cpu = cl.cpu_fwd + cl.cpu_bwd
     rounds = 0
     while time.perf_counter() < deadline and not stop.is_set():
         rounds += 1
@@ -82,7 +80,7 @@ def _search(cl, k: int, l: int, memory: float, T: float, plan_devices: np.ndarra
         if value is None or value <= k * (1 + MARGIN):
             return EXHAUSTED  # the LP over all sets is at most this: no certificate can come
         found = _improving_sets(sets, master, pi, T)
-        cpu_set, cpu_value, mu = _cpu_set(cpu, pi, T, l)
+        cpu_set, cpu_value, mu = _cpu_set(sets.cpu, pi, T, l)
         cpu_added = cpu_value + tau > MARGIN and not master.has(cpu_set, on_cpu=True)
         if cpu_added:
             master.add(cpu_set, on_cpu=True)
@@ -117,25 +115,24 @@ class Background:
 
     def __init__(self, cl, k: int, l: int, memory: float, target: float, floor: float,
                  plan_devices: np.ndarray | None, seconds: float):
-        self.target = target
         self.seconds: float | None = None  # until it ended, once it has
         self._bound: float | None = None
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._started = time.perf_counter()
-        self._thread = threading.Thread(target=self._run, args=(cl, k, l, memory, floor, plan_devices, seconds),
+        self._thread = threading.Thread(target=self._run, args=(cl, k, l, memory, target, floor, plan_devices, seconds),
                                         daemon=True)
         self._thread.start()
 
-    def _run(self, cl, k, l, memory, floor, plan_devices, seconds) -> None:
+    def _run(self, cl, k, l, memory, target, floor, plan_devices, seconds) -> None:
         deadline = self._started + seconds
-        low, T = floor, self.target
+        low, high, T = floor, None, target  # high: the lowest load where none can come
         try:
+            sets = _Sets(cl, memory)  # the same at every load tried
             while True:
-                outcome = _search(cl, k, l, memory, T, plan_devices, deadline - time.perf_counter(), self._stop)
+                outcome = _search(sets, k, l, T, plan_devices, deadline - time.perf_counter(), self._stop)
                 if outcome == PROVEN:
                     self._bound = low = T
-                    high = self.target if T < self.target else None
                 elif outcome == EXHAUSTED:
                     high = T
                 else:
@@ -162,13 +159,14 @@ class Background:
 
 
 class _Sets:
-    """The classes' accelerator data as arrays for the compiled local search."""
+    """The classes' accelerator data as arrays for the compiled local search (and their CPU time)."""
 
     def __init__(self, cl, memory: float):
         self.n = cl.n
         self.work = (cl.acc_fwd + cl.acc_bwd).astype(np.float64)
         self.size = cl.size.astype(np.float64)
         self.supported = cl.supported.astype(np.bool_)
+        self.cpu = cl.cpu_fwd + cl.cpu_bwd
         self.memory = float(memory) * (1 + 1e-12)
         self.h_source, self.h_ptr, self.h_members, self.weight = cl.hyper_arrays()
         per_class: list[list[int]] = [[] for _ in range(cl.n)]
