@@ -19,13 +19,14 @@ Covering (>= 1) and not partitioning (= 1): the partitioning LP is at least as h
 so degenerate that its simplex took ~300 iterations a round and its prices swung from
 round to round; the covering LP's prices are >= 0 and settle in a few hundred rounds.
 Measured standalone, the certificate at 1% below the best plan (covering against
-partitioning): op-level BERT-6 training 45 s against 99 s, BERT-6 inference 55 s
+partitioning, 8 local-search seeds): op-level BERT-6 training 45 s against 99 s, BERT-6 inference 55 s
 against none in 100 s, BERT-12 inference 15 s against none in 240 s, ResNet-50
 training 1.7 s against 8.5 s.
 
 The LP has a column per set, so columns are generated (Dantzig-Wolfe): the LP over the
 sets known so far gives prices; local search looks for a set worth more than 1 (one
-that lowers the LP); where it finds none, a MIP is asked for a set worth at least the
+that lowers the LP) -- from many of them: the sets that lower it are seldom near the
+best-priced few; where it finds none, a MIP is asked for a set worth at least the
 certificate's threshold.  If there is none the certificate holds; if there is one, it is
 a new column.  The LP over the sets known so far only ever falls, so once its value is
 at most k no certificate can come and the search stops.
@@ -41,7 +42,11 @@ from numba import njit
 
 from ..workload import csr
 
-SEEDS = 8  # best-priced known sets that local search starts from, each round
+# known sets (the best-priced) that local search starts from, each round: the sets the MIP
+# found lay 70-140 classes from the 8 best-priced but 2-30 from some lower-ranked one
+# (op-level BERT-12 training at 369.69), so 8 seeds left most rounds to the MIP; the
+# certificate there took 110-118 s with 8, 31 s with 32, 24 s with 128, 37 s with 512
+SEEDS = 128
 MOVES = 500  # local search steps per seed, at most
 PURGE_EVERY = 50  # rounds between removals of sets that lost their price
 PURGE_ABOVE = 0.05  # a set is removed when its reduced cost is above this (and it is not basic)
