@@ -19,9 +19,9 @@ Covering (>= 1) and not partitioning (= 1): the partitioning LP is at least as h
 so degenerate that its simplex took ~300 iterations a round and its prices swung from
 round to round; the covering LP's prices are >= 0 and settle in a few hundred rounds.
 Measured standalone, the certificate at 1% below the best plan (covering against
-partitioning, 8 local-search seeds): op-level BERT-6 training 45 s against 99 s, BERT-6 inference 55 s
-against none in 100 s, BERT-12 inference 15 s against none in 240 s, ResNet-50
-training 1.7 s against 8.5 s.
+partitioning, 8 local-search seeds): op-level BERT-6 training 45 s against 99 s, BERT-6
+inference 55 s against none in 100 s, BERT-12 inference 15 s against none in 240 s,
+ResNet-50 training 1.7 s against 8.5 s.
 
 The LP has a column per set, so columns are generated (Dantzig-Wolfe): the LP over the
 sets known so far gives prices; local search looks for a set worth more than 1 (one
