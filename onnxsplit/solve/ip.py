@@ -40,6 +40,7 @@ from ..workload import Workload
 from . import evaluate, pairs, setpart, spread, subgraph
 from .bounds import packing_bound
 from .segments import latency_lower_bound, longest_paths
+from .seriesbound import block_parts, series_lower_bound
 
 SOLVERS = ("highs", "cbc")
 
@@ -343,6 +344,7 @@ PAIRS_SHARE = 0.25  # of the time limit, at most, for the pairwise re-optimisati
 PART_PAIRS_SHARE = 0.25  # of a part's time, at most, for improving its warm start
 TRANSFER_FREE_GAP = 1e-4
 PATH_BOUND_SHARE = 0.25  # of the latency IP's time left, at most, for the path bound's cuts
+SERIES_BOUND_SHARE = 0.75  # of the latency IP's time left once built, for the composed bound (where it applies)
 
 
 def _throughput_plan(w: Workload, assignment, value: float, lb: float, contiguous: bool,
@@ -549,7 +551,7 @@ def _split_pass_value(w: Workload, assignment: dict[int, str]) -> float:
 
 def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, solver: str = "highs",
                   warm_start: dict[int, str] | None = None, gap: float = 0.01,
-                  verbose: bool = False) -> Plan:
+                  verbose: bool = False, series_bound: bool = True) -> Plan:
     """Min single-stream latency with up to ``pieces`` contiguous calls per accelerator.
 
     The paper's latency IP: x[v, s] puts node v in slot s (the CPUs, with unbounded
@@ -562,7 +564,10 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     the path bound (:func:`segments.latency_lower_bound`), which sees the memory limit
     forcing layers apart and the branches beside a path where the LP relaxation does
     not (at most PATH_BOUND_SHARE of the time left); a warm start already within
-    ``gap`` of it is returned without building the program.
+    ``gap`` of it is returned without building the program.  Next, with one call per
+    accelerator (and ``series_bound``), the bound composed along the cut vertices
+    (:mod:`seriesbound`) gets SERIES_BOUND_SHARE of the time left once the program is
+    built, after it.
     """
     import mip
 
@@ -592,12 +597,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     floor = max(float(head.max(initial=0.0)), latency_lower_bound(w, pieces, seconds=path_seconds))
     details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub, "path_bound": floor}
     if start_plan is not None and gap_of(ub, floor) is not None and gap_of(ub, floor) <= gap:
-        a, pc = start_plan  # the path bound already proves the warm start within the gap
-        value = evaluate.latency(w, a, pc).value
-        lb = min(floor, value)
-        g = gap_of(value, lb)
-        return Plan("latency", "ip", _status_label(True, g), value, a, lower_bound=lb, gap=g,
-                    seconds=time.perf_counter() - start_time, pieces=pc, details=details)
+        return _proven_start(w, start_plan, floor, start_time, details)  # the path bound proves it
     model = _new_model(solver, gap, verbose)
     slots = [(d, p) for d in range(k) for p in range(pieces)]
     CPU = (-1, 0)
@@ -680,12 +680,34 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     if start_plan is not None:
         a, pc = start_plan
         model.start = [(var, 1.0 if _slot_of(w, a, pc, v) == s else 0.0) for (v, s), var in x.items()]
-    status = model.optimize(max_seconds=max(1.0, time_limit - (time.perf_counter() - start_time)))
-    seconds = time.perf_counter() - start_time
+    # the bound composed along cut vertices sees parallel branches competing for the
+    # accelerators: where it applies, it gets SERIES_BOUND_SHARE of the time left after
+    # the program, whose solver overruns a short time limit more than the DP does
+    parts = block_parts(w) if series_bound and pieces == 1 else None
+    left = time_limit - (time.perf_counter() - start_time)
+    status = model.optimize(max_seconds=max(1.0, left * (1 - SERIES_BOUND_SHARE if parts else 1.0)))
     method = "ip"
     bound = _finite(model.objective_bound)
     bound = max(bound, floor) if bound is not None else floor
-    if model.num_solutions == 0:
+    best = model.objective_value if model.num_solutions else ub
+    if parts and gap_of(best, bound) is not None and gap_of(best, bound) > gap:
+        details["series_bound"] = series_lower_bound(w, start_time + time_limit, best * (1 - gap), parts)
+        bound = max(bound, details["series_bound"] or 0.0)
+    seconds = time.perf_counter() - start_time
+    assignment: dict[int, str] = {}
+    piece_of: dict[int, int] = {}
+    if model.num_solutions:
+        names = [dv.name for dv in w.devices]
+        for (v, s), var in x.items():
+            if var.x is not None and var.x > 0.5:
+                nid = int(w.ids[v])
+                if s == CPU:
+                    assignment[nid] = names[k]  # the latency model's CPUs are one pool
+                else:
+                    assignment[nid] = names[s[0]]
+                    piece_of[nid] = s[1] + 1
+    # none found, or one the solver's tolerances let over a memory limit by a few bytes
+    if not assignment or evaluate.check(w, assignment):
         if start_plan is not None:  # the solver kept nothing better than the warm start
             a, pc = start_plan
             value = evaluate.latency(w, a, pc).value
@@ -694,26 +716,22 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
                         seconds=seconds, pieces=pc, details=details)
         st_label = "infeasible" if status == mip.OptimizationStatus.INFEASIBLE else "time_limit"
         return Plan("latency", method, st_label, None, {}, lower_bound=bound, seconds=seconds, details=details)
-    names = [dv.name for dv in w.devices]
-    assignment: dict[int, str] = {}
-    piece_of: dict[int, int] = {}
-    for (v, s), var in x.items():
-        if var.x is not None and var.x > 0.5:
-            nid = int(w.ids[v])
-            if s == CPU:
-                assignment[nid] = names[k]  # the latency model's CPUs are one pool
-            else:
-                assignment[nid] = names[s[0]]
-                piece_of[nid] = s[1] + 1
-    problems = evaluate.check(w, assignment)
-    if problems:
-        raise SolveError(f"internal error: latency IP plan is invalid: {problems[0]}")
     value = evaluate.latency(w, assignment, piece_of).value
     lb = min(bound, value) if bound is not None else None
     g = gap_of(value, lb)
     return Plan("latency", method, _status_label(status == mip.OptimizationStatus.OPTIMAL, g), value, assignment,
                 lower_bound=lb, gap=g, seconds=seconds,
                 pieces=piece_of, details={**details, "ip_objective": model.objective_value})
+
+
+def _proven_start(w: Workload, start_plan, floor: float, start_time: float, details: dict) -> Plan:
+    """The warm start as the latency IP's plan, when a bound already proves it within the gap."""
+    a, pc = start_plan
+    value = evaluate.latency(w, a, pc).value
+    lb = min(floor, value)
+    g = gap_of(value, lb)
+    return Plan("latency", "ip", _status_label(True, g), value, a, lower_bound=lb, gap=g,
+                seconds=time.perf_counter() - start_time, pieces=pc, details=details)
 
 
 def _slot_of(w: Workload, assignment: dict[int, str], pieces: dict[int, int], v: int):

@@ -85,30 +85,40 @@ def blocks(w: Workload, cuts: list[int]) -> list[Block]:
     return out
 
 
-def block_workload(w: Workload, block: Block, accelerators: int, first_in_call: bool = False,
-                   last_in_call: bool = False, room: float | None = None) -> Workload:
-    """The block alone.  An end cut vertex is pinned to the CPUs at no cost, or, ``*_in_call``,
-    to an accelerator call at no compute (a CPU time above any plan's) that holds at most
-    ``room`` of the block's memory.  The block's latency is then the time from the first
-    end's finish to the last end's inputs (or through the last end's call)."""
+def block_workload(w: Workload, block: Block, accelerators: int, first_room: float | None = None,
+                   last_room: float | None = None) -> Workload:
+    """The block alone.  An end cut vertex is pinned to the CPUs at no cost (its room None),
+    or to an accelerator call at no compute (a CPU time above any plan's) that holds at
+    most its room of the block's memory.  The block's latency is then the time from the
+    first end's finish to the last end's inputs (or through the last end's call)."""
     memory = float(w.accelerator_memory)
-    worst = float(w.cpu_latency[block.inside].sum() + w.acc_latency[block.inside].sum()
-                  + 2 * w.out_cost[block.inside].sum()) + 1.0
-    pinned = {int(w.ids[v]): in_call for v, in_call in ((block.first, first_in_call), (block.last, last_in_call))
+    ends = [v for v in (block.first, block.last) if v is not None]
+    worst = pinned_cost(w, block, accelerators)
+    pinned = {int(w.ids[v]): room for v, room in ((block.first, first_room), (block.last, last_room))
               if v is not None}
     keep = np.zeros(w.n, dtype=bool)
     keep[block.inside] = True
-    keep[[w.index[i] for i in pinned]] = True
+    keep[ends] = True
 
     def pin(n):
-        if pinned[n.id]:
+        room = pinned[n.id]
+        if room is not None:
             return dataclasses.replace(n, supported=True, cpu_latency=worst, acc_latency=0.0, color_class=None,
-                                       size=max(0.0, memory - (memory if room is None else room)))
+                                       size=max(0.0, memory - room))
         return dataclasses.replace(n, supported=False, cpu_latency=0.0, acc_latency=0.0, size=0.0, color_class=None)
 
     sub = restricted(w, keep)
     return sub.replace(nodes=tuple(pin(n) if n.id in pinned else n for n in sub.nodes),
                        num_accelerators=accelerators)
+
+
+def pinned_cost(w: Workload, block: Block, accelerators: int) -> float:
+    """A latency above every plan of :func:`block_workload`'s that keeps its pinned ends
+    where they are pinned (a path meets each of the calls once, and a call receives and
+    sends each tensor at most once): a value at or above it means no such plan."""
+    nodes = block.inside + [v for v in (block.first, block.last) if v is not None]
+    return float(w.cpu_latency[block.inside].sum() + w.acc_latency[block.inside].sum()
+                 + 2 * (accelerators + 1) * w.out_cost[nodes].sum()) + 1.0
 
 
 @dataclasses.dataclass
@@ -146,7 +156,8 @@ def block_plans(w: Workload, block: Block, most: int, deadline: float) -> dict[i
         if left <= 0.2:
             break
         sub = block_workload(w, block, t)
-        plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6, warm_start=start)
+        plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6, warm_start=start,
+                             series_bound=False)
         if plan.value is None or plan.value >= best - 1e-9:
             break  # one more call gains nothing: more rarely do
         placed = _on_accelerators(sub, plan.assignment)
@@ -165,8 +176,8 @@ def reaching_plan(w: Workload, block: Block, first_in_call: bool, deadline: floa
     if not block.inside or len(block.inside) > BLOCK_NODES or left <= 0.2:
         return []
     room = 0.5 * float(w.size[block.inside].sum())
-    sub = block_workload(w, block, 1, first_in_call, not first_in_call, room)
-    plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6)
+    sub = block_workload(w, block, 1, room if first_in_call else None, None if first_in_call else room)
+    plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6, series_bound=False)
     if plan.value is None:
         return []
     placed = _on_accelerators(sub, plan.assignment)
