@@ -597,7 +597,12 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     floor = max(float(head.max(initial=0.0)), latency_lower_bound(w, pieces, seconds=path_seconds))
     details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub, "path_bound": floor}
     if start_plan is not None and gap_of(ub, floor) is not None and gap_of(ub, floor) <= gap:
-        return _proven_start(w, start_plan, floor, start_time, details)  # the path bound proves it
+        a, pc = start_plan  # the path bound already proves the warm start within the gap
+        value = evaluate.latency(w, a, pc).value
+        lb = min(floor, value)
+        g = gap_of(value, lb)
+        return Plan("latency", "ip", _status_label(True, g), value, a, lower_bound=lb, gap=g,
+                    seconds=time.perf_counter() - start_time, pieces=pc, details=details)
     model = _new_model(solver, gap, verbose)
     slots = [(d, p) for d in range(k) for p in range(pieces)]
     CPU = (-1, 0)
@@ -722,16 +727,6 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     return Plan("latency", method, _status_label(status == mip.OptimizationStatus.OPTIMAL, g), value, assignment,
                 lower_bound=lb, gap=g, seconds=seconds,
                 pieces=piece_of, details={**details, "ip_objective": model.objective_value})
-
-
-def _proven_start(w: Workload, start_plan, floor: float, start_time: float, details: dict) -> Plan:
-    """The warm start as the latency IP's plan, when a bound already proves it within the gap."""
-    a, pc = start_plan
-    value = evaluate.latency(w, a, pc).value
-    lb = min(floor, value)
-    g = gap_of(value, lb)
-    return Plan("latency", "ip", _status_label(True, g), value, a, lower_bound=lb, gap=g,
-                seconds=time.perf_counter() - start_time, pieces=pc, details=details)
 
 
 def _slot_of(w: Workload, assignment: dict[int, str], pieces: dict[int, int], v: int):

@@ -48,15 +48,15 @@ KINDS = ("CC", "CO", "OC", "OO")
 INF = float("inf")
 
 
-def series_lower_bound(w: Workload, deadline: float, target: float = INF, parts=None) -> float | None:
+def series_lower_bound(w: Workload, deadline: float, target: float = INF,
+                       blocks: list[series.Block] | None = None) -> float | None:
     """A lower bound on every one-call-per-accelerator plan's latency, improved until
     ``deadline`` (a time.perf_counter() value) or until it reaches ``target``; None where
-    the graph does not split at cut vertices into small blocks (``parts``: what
+    the graph does not split at cut vertices into small blocks (``blocks``: what
     :func:`block_parts` returned, if the caller has it)."""
-    parts = parts or block_parts(w)
-    if parts is None:
+    blocks = blocks or block_parts(w)
+    if blocks is None:
         return None
-    cuts, blocks = parts
     tables = []
     for b in blocks:
         if time.perf_counter() > deadline:
@@ -64,17 +64,17 @@ def series_lower_bound(w: Workload, deadline: float, target: float = INF, parts=
         tables.append(_Tables(w, b))
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         while True:
-            value, todo = _best_path(w, cuts, blocks, tables)
+            value, todo = _best_path(w, blocks, tables)
             if not todo or value >= target or time.perf_counter() > deadline - 0.5:
                 return value
             # one entry per block on a path: the solves share no table
             list(pool.map(lambda entry: tables[entry[0]].solve(entry[1], deadline), todo))
 
 
-def block_parts(w: Workload):
-    """(cut vertices, blocks) where every block is small, every edge stays inside a block
-    with its ends, and every node of a block descends from its first end and leads to its
-    last: what the composition assumes; else None."""
+def block_parts(w: Workload) -> list[series.Block] | None:
+    """The blocks between the cut vertices, where every block is small, every edge stays
+    inside a block with its ends, and every node of a block descends from its first end
+    and leads to its last: what the composition assumes; else None."""
     if w.n == 0 or w.num_cpus == 0 or w.num_accelerators == 0:
         return None
     cuts = series.cut_vertices(w)
@@ -99,7 +99,7 @@ def block_parts(w: Workload):
         for end, nbrs in ((b.first, w.successors), (b.last, w.predecessors)):
             if end is not None and _reached(end, nbrs, inside) != inside:
                 return None
-    return cuts, blocks
+    return blocks
 
 
 def _reached(root: int, nbrs, inside: set[int]) -> set[int]:
@@ -224,7 +224,6 @@ class _Tables:
         if plan.value is not None:
             self.known.setdefault(kind, []).append((plan.value, plan.assignment))
         lb = plan.lower_bound if plan.lower_bound is not None else 0.0
-        impossible = lb >= series.pinned_cost(self.w, self.block, sub.num_accelerators) - 1e-6
         if kind == "CC":
             entry = self.cc[t]
             entry[0], entry[1] = max(entry[0], lb), True
@@ -233,8 +232,8 @@ class _Tables:
             return
         old = steps[k][0]
         del steps[k:]
-        if impossible:
-            return
+        if lb >= series.pinned_cost(self.w, self.block, sub.num_accelerators) - 1e-6:
+            return  # no plan keeps the pinned ends in calls at this room
         lb = max(lb, old)
         self._lift(kind, t, left, room, lb)
         used = None
@@ -259,7 +258,7 @@ def _room_step(steps: list, room: float):
     return INF, None
 
 
-def _best_path(w: Workload, cuts: list[int], blocks: list, tables: list[_Tables]):
+def _best_path(w: Workload, blocks: list, tables: list[_Tables]):
     """(the DP's least latency, the unsolved entries on its best path as (block, key))."""
     k = w.num_accelerators
     memory = float(w.accelerator_memory) * (1 + 1e-12)
@@ -268,7 +267,7 @@ def _best_path(w: Workload, cuts: list[int], blocks: list, tables: list[_Tables]
     # an open call; its value: the finish time, or the open call's start + work so far
     states = {("P", 0): (0.0, None)}
     layers = []
-    for j, (b, tab) in enumerate(zip(blocks, tables)):
+    for b, tab in zip(blocks, tables):
         c = b.last
         nxt: dict = {}
 
