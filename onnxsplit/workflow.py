@@ -35,7 +35,6 @@ AUTO_IDEAL_LIMIT = 50_000  # above this many ideals the exact DP gives way to th
 # 0.21-0.28 ms per sample and take 0.37-0.46 ms single-stream (tools/bench_pipeline.py).
 STAGE_OVERHEAD_MS = 0.1
 MIN_SPLIT_GAIN = 1.1  # auto keeps the model whole unless splitting promises this much more
-VERIFY_TOLERANCE = 1e-4  # max abs error the parts may show against the original
 PLAN_FILE = "plan.json"
 
 

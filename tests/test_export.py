@@ -24,7 +24,7 @@ from onnxsplit.errors import OnnxsplitError, SplitError
 from onnxsplit.export import INLINE_BYTES, MANIFEST, WEIGHTS, export, make_parts
 from onnxsplit.graph import OpGraph
 from onnxsplit.runner import (Parts, RunError, compare_outputs, random_feeds, read_manifest,
-                              run_parts)
+                              run_parts, single_device_ep, verify_tolerance)
 
 CPU = "CPUExecutionProvider"
 ATOL = 1e-5
@@ -861,8 +861,10 @@ def test_run_parts_measures_and_checks(late_parts):
     model, g, e = late_parts
     r = run_parts(e.out, samples=3, warmup=1)
     assert r["verify"]["max_abs_error"] < ATOL and r["verify"]["worst_output"] in (None, "y")
+    assert r["verify"]["ok"] and set(r["execution_providers"].values()) == {CPU}
     for key in ("measured", "single_device"):
         assert r[key]["latency_ms"] > 0 and r[key]["throughput_per_s"] > 0
+    assert (r["single_device"]["device"], r["single_device"]["execution_provider"]) == ("cpu0", CPU)
     # an explicit model path that is not there
     with pytest.raises(RunError, match="is not there"):
         run_parts(e.out, model=Path(e.out) / "nope.onnx", measure=False)
@@ -892,6 +894,52 @@ def test_random_feeds_and_compare_outputs():
     assert compare_outputs({"i": np.array([1, 2])}, {"i": np.array([1, 2])})["max_abs_error"] == 0.0
     with pytest.raises(RunError, match="has shape"):
         compare_outputs({"p": np.zeros(2)}, {"p": np.zeros(3)})
+
+
+def test_verify_tolerance_on_accelerators():
+    """Parts on an accelerator are held to 1e-2 relative: on an H100 the CUDA EP's TF32
+    matrix products put BERT-base 1x128 at max abs 2.8e-3, rel 1.1e-3 from the CPU (the
+    main command called every GPU plan a failure); CPU parts stay exact to 1e-4."""
+    tf32 = {"max_abs_error": 2.8e-3, "max_rel_error": 1.1e-3}
+    assert verify_tolerance(tf32, accelerated=False) == {"tolerance": {"max_abs_error": 1e-4}, "ok": False}
+    got = verify_tolerance(tf32, accelerated=True)
+    assert got["ok"] and got["tolerance"] == {"max_abs_error": 1e-4, "max_rel_error": 1e-2}
+    assert not verify_tolerance({"max_abs_error": 0.7, "max_rel_error": 0.3}, accelerated=True)["ok"]
+    assert verify_tolerance({"max_abs_error": 0.0, "max_rel_error": 0.0}, accelerated=False)["ok"]
+
+
+def test_part_that_onnxruntime_moves_to_the_cpu_is_refused(tmp_path, monkeypatch):
+    """A part for an accelerator EP that onnxruntime sets up on the CPU instead (its silent
+    fallback where the EP cannot start) is an error, not a CPU run measured as the GPU's."""
+    from onnxsplit.profile import devices
+
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="relu"),
+             helper.make_node("Sigmoid", ["h"], ["y"], name="sigmoid")]
+    model = save(make(nodes, [vi("x", [4, 8])], [vi("y", [4, 8])]), tmp_path / "m.onnx")
+    e = export(OpGraph.from_onnx(model), {"relu": "cpu0", "sigmoid": "acc0"}, tmp_path / "out",
+               providers={"cpu0": CPU, "acc0": "CUDAExecutionProvider"})
+    monkeypatch.setattr(devices, "available_providers", lambda: ["CUDAExecutionProvider", CPU])
+    with pytest.warns(UserWarning), pytest.raises(
+            RunError, match="part1_acc0.*was to run on CUDAExecutionProvider but onnxruntime set it up on "
+                            "CPUExecutionProvider"):
+        Parts(e.out)
+
+
+def test_single_device_is_the_plans_best_where_a_part_runs_on_it():
+    """run_parts compares with the whole model on the plan's best single device: the
+    accelerator where a part runs on it here, else a CPU core."""
+    from types import SimpleNamespace
+
+    def parts(best, placed, eps):
+        return SimpleNamespace(manifest={"predicted": {"single_device": {"device": best}}},
+                               parts=[{"device": d} for d in placed], execution_providers=eps)
+
+    cuda = "CUDAExecutionProvider"
+    assert single_device_ep(parts("acc0", ["cpu0", "acc0"], [CPU, cuda])) == ("acc0", cuda)
+    assert single_device_ep(parts("acc0", ["cpu0", "acc0"], [CPU, CPU])) == ("cpu0", CPU)  # fell back
+    assert single_device_ep(parts("acc0", ["cpu0"], [CPU])) == ("cpu0", CPU)
+    assert single_device_ep(parts("cpu0", ["cpu0", "acc0"], [CPU, cuda])) == ("cpu0", CPU)
+    assert single_device_ep(SimpleNamespace(manifest={}, parts=[], execution_providers=[])) == ("cpu0", CPU)
 
 
 def test_dead_end_part_and_absent_execution_provider(tmp_path):

@@ -287,6 +287,34 @@ def test_fallback_to_cpu_means_unsupported():
     assert r.providers() == ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
 
+def test_preferred_providers_one_per_device(monkeypatch):
+    """onnxruntime-gpu lists TensorRT beside CUDA whether or not TensorRT's libraries are
+    there (seen on an H100 with onnxruntime-gpu 1.31.1): profiling and a detected cluster
+    take CUDA alone for the GPU; EPs of no known device class stay."""
+    from onnxsplit.profile import devices
+
+    def listed(eps):
+        monkeypatch.setattr(ort, "get_available_providers", lambda: list(eps))
+        return devices.preferred_providers()
+
+    assert listed(["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]) == \
+        ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert listed(["TensorrtExecutionProvider", "CPUExecutionProvider"]) == \
+        ["TensorrtExecutionProvider", "CPUExecutionProvider"]
+    assert listed(["XnnpackExecutionProvider", "CPUExecutionProvider", "AzureExecutionProvider"]) == \
+        ["XnnpackExecutionProvider", "CPUExecutionProvider"]
+    assert listed(["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
+
+
+def test_session_that_fell_back_to_the_cpu_is_refused(tmp_path):
+    """A session onnxruntime did not set up on the EP asked for (it falls back to the CPU
+    where the EP cannot start; this CPU-only build drops an EP it lacks with a warning) is
+    no measurement of that EP: the node is unsupported there, the whole model an error."""
+    r = measure.Runner("CUDAExecutionProvider", tmp_path)
+    with pytest.warns(UserWarning), pytest.raises(RuntimeError, match="set the session up on CPUExecutionProvider"):
+        r.session(measure.relu_chain(2))
+
+
 def test_cli_profile(tmp_path, capsys, mlp_path):
     out = tmp_path / "p.json"
     rc = main(["profile", str(mlp_path), "-o", str(out), "--repeats", "3", "--quiet"])

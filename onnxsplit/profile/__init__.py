@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from ..errors import ProfileError
-from .devices import CPU_EP, available_providers, describe, device_key
+from .devices import CPU_EP, available_providers, describe, device_key, preferred_providers
 from .store import Entry, ModelProfile, NodeTiming, ProfileFile, model_hash
 
 __all__ = ["profile", "ensure_profiled", "default_cache", "Entry", "ModelProfile", "NodeTiming", "ProfileFile",
@@ -77,7 +77,8 @@ def profile(
     input_fills: Mapping[str, float] | None = None,
     method: str = "auto",
 ) -> ModelProfile:
-    """Profile ``path`` on ``providers`` (default: every EP present) and return every entry
+    """Profile ``path`` on ``providers`` (default: every EP present, one per device class:
+    CUDA rather than TensorRT) and return every entry
     the cache file holds for the model (entries from other machines included).
 
     ``cache``: a profile file to read and update (default: :func:`default_cache`); pass
@@ -99,7 +100,7 @@ def profile(
                            f"{rounds} and {warmup}")
     rounds = min(rounds, repeats)
     present = available_providers()
-    eps = list(dict.fromkeys(providers)) if providers else present
+    eps = list(dict.fromkeys(providers)) if providers else preferred_providers()
     for ep in eps:
         if ep not in present:
             raise ProfileError(f"execution provider '{ep}' is not available in this onnxruntime "

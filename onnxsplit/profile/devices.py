@@ -61,6 +61,24 @@ def available_providers() -> list[str]:
     return [ep for ep in eps if ep != CPU_EP] + ([CPU_EP] if CPU_EP in eps else [])
 
 
+def preferred_providers() -> list[str]:
+    """One EP per device class present (the first of EP_PREFERENCE where a class has
+    several: onnxruntime-gpu lists TensorRT beside CUDA, whether or not TensorRT's own
+    libraries are installed), CPU last: the EPs a detected cluster uses, and those
+    ``profile`` times unless told otherwise."""
+    present = available_providers()
+    rank = {ep: i for i, ep in enumerate(EP_PREFERENCE)}
+    out, classes = [], set()
+    for ep in sorted(present, key=lambda e: rank.get(e, len(rank))):
+        if ep == CPU_EP:
+            continue
+        klass = EP_CLASS.get(ep, ep)
+        if klass not in classes:
+            classes.add(klass)
+            out.append(ep)
+    return [ep for ep in present if ep in out] + ([CPU_EP] if CPU_EP in present else [])
+
+
 @functools.lru_cache(maxsize=None)
 def cpu_name() -> str:
     try:

@@ -248,7 +248,12 @@ class Runner:
         if profile_prefix is not None:
             so.enable_profiling = True
             so.profile_file_prefix = str(profile_prefix)
-        return self.ort.InferenceSession(data, so, providers=self.providers())
+        # enable_fallback=0: where the EP cannot be set up (TensorRT listed by onnxruntime-gpu
+        # without its libraries), onnxruntime would print to stdout and build a CPU session
+        sess = self.ort.InferenceSession(data, so, providers=self.providers(), enable_fallback=0)
+        if self.ep not in sess.get_providers():
+            raise RuntimeError(f"onnxruntime set the session up on {', '.join(sess.get_providers())}")
+        return sess
 
     def assigned_elsewhere(self, sess, names: Iterable[str] | None = None) -> list[str]:
         """Nodes (of ``names``, or all) that onnxruntime did not give to this EP."""
