@@ -344,7 +344,7 @@ PAIRS_SHARE = 0.25  # of the time limit, at most, for the pairwise re-optimisati
 PART_PAIRS_SHARE = 0.25  # of a part's time, at most, for improving its warm start
 TRANSFER_FREE_GAP = 1e-4
 PATH_BOUND_SHARE = 0.25  # of the latency IP's time left, at most, for the path bound's cuts
-SERIES_BOUND_SHARE = 0.75  # of the latency IP's time left once built, for the composed bound (where it applies)
+SERIES_BOUND_SHARE = 0.6  # of the latency IP's time left after the path bound, for the composed bound
 
 
 def _throughput_plan(w: Workload, assignment, value: float, lb: float, contiguous: bool,
@@ -566,8 +566,8 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     not (at most PATH_BOUND_SHARE of the time left); a warm start already within
     ``gap`` of it is returned without building the program.  Next, with one call per
     accelerator (and ``series_bound``), the bound composed along the cut vertices
-    (:mod:`seriesbound`) gets SERIES_BOUND_SHARE of the time left once the program is
-    built, after it.
+    (:mod:`seriesbound`, its blocks solved by CP-SAT) gets SERIES_BOUND_SHARE of the time
+    left, and again a warm start it proves within ``gap`` is returned as it is.
     """
     import mip
 
@@ -580,10 +580,9 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     cost = w.out_cost
     edges = list(zip(w.edge_src.tolist(), w.edge_dst.tolist()))
 
-    if l == 0 and not (k > 0 and w.supported.all()):
+    if (why := _runs_nowhere(w)) is not None:
         return Plan("latency", "ip", "infeasible", None, {}, seconds=time.perf_counter() - start_time,
-                    details={"why": "a node runs on no device: no CPU core and it is not accelerator-supported"
-                             if k else "no devices"})
+                    details={"why": why})
     ub, start_plan = _latency_upper_bound(w, warm_start, pieces)
     cheapest = np.minimum(w.cpu_latency if l > 0 else np.inf, np.where(w.supported, w.acc_latency, np.inf))
     # head[v]: longest path into v (inclusive), each node at its cheapest latency.  v cannot
@@ -596,13 +595,31 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     path_seconds = PATH_BOUND_SHARE * max(0.0, time_limit - (time.perf_counter() - start_time))
     floor = max(float(head.max(initial=0.0)), latency_lower_bound(w, pieces, seconds=path_seconds))
     details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub, "path_bound": floor}
-    if start_plan is not None and gap_of(ub, floor) is not None and gap_of(ub, floor) <= gap:
-        a, pc = start_plan  # the path bound already proves the warm start within the gap
+
+    def proven_start():
+        """The warm start, where the bounds so far prove it within the gap; else None."""
+        if start_plan is None or gap_of(ub, floor) is None or gap_of(ub, floor) > gap:
+            return None
+        a, pc = start_plan
         value = evaluate.latency(w, a, pc).value
         lb = min(floor, value)
         g = gap_of(value, lb)
         return Plan("latency", "ip", _status_label(True, g), value, a, lower_bound=lb, gap=g,
                     seconds=time.perf_counter() - start_time, pieces=pc, details=details)
+
+    if (plan := proven_start()) is not None:
+        return plan
+    # the bound composed along cut vertices sees parallel branches competing for the
+    # accelerators, which neither the path bound nor the program's relaxation does: where
+    # it applies, it gets SERIES_BOUND_SHARE of the time left, before the program is built
+    parts = block_parts(w) if series_bound and pieces == 1 else None
+    if parts:
+        left = time_limit - (time.perf_counter() - start_time)
+        composed = series_lower_bound(w, time.perf_counter() + SERIES_BOUND_SHARE * left, ub * (1 - gap), parts)
+        details["series_bound"] = float(composed) if composed is not None else None
+        floor = max(floor, composed or 0.0)
+        if (plan := proven_start()) is not None:
+            return plan
     model = _new_model(solver, gap, verbose)
     slots = [(d, p) for d in range(k) for p in range(pieces)]
     CPU = (-1, 0)
@@ -685,19 +702,11 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     if start_plan is not None:
         a, pc = start_plan
         model.start = [(var, 1.0 if _slot_of(w, a, pc, v) == s else 0.0) for (v, s), var in x.items()]
-    # the bound composed along cut vertices sees parallel branches competing for the
-    # accelerators: where it applies, it gets SERIES_BOUND_SHARE of the time left after
-    # the program, whose solver overruns a short time limit more than the DP does
-    parts = block_parts(w) if series_bound and pieces == 1 else None
     left = time_limit - (time.perf_counter() - start_time)
-    status = model.optimize(max_seconds=max(1.0, left * (1 - SERIES_BOUND_SHARE if parts else 1.0)))
+    status = model.optimize(max_seconds=max(1.0, left))
     method = "ip"
     bound = _finite(model.objective_bound)
     bound = max(bound, floor) if bound is not None else floor
-    best = model.objective_value if model.num_solutions else ub
-    if parts and gap_of(best, bound) is not None and gap_of(best, bound) > gap:
-        details["series_bound"] = series_lower_bound(w, start_time + time_limit, best * (1 - gap), parts)
-        bound = max(bound, details["series_bound"] or 0.0)
     seconds = time.perf_counter() - start_time
     assignment: dict[int, str] = {}
     piece_of: dict[int, int] = {}
@@ -727,6 +736,14 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     return Plan("latency", method, _status_label(status == mip.OptimizationStatus.OPTIMAL, g), value, assignment,
                 lower_bound=lb, gap=g, seconds=seconds,
                 pieces=piece_of, details={**details, "ip_objective": model.objective_value})
+
+
+def _runs_nowhere(w: Workload) -> str | None:
+    """Why no plan exists where a node has no device to run on; None where every node has one."""
+    if w.num_cpus == 0 and not (w.num_accelerators > 0 and w.supported.all()):
+        return ("a node runs on no device: no CPU core and it is not accelerator-supported"
+                if w.num_accelerators else "no devices")
+    return None
 
 
 def _slot_of(w: Workload, assignment: dict[int, str], pieces: dict[int, int], v: int):

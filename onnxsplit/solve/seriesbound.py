@@ -13,19 +13,23 @@ each block's least time in four cases, t calls of the block's own besides:
   block, holding at most ``room`` of it;  OC(t, room): the call of the first end ends in
   it;  OO(t, room, room left in the first end's call): both (two calls).
 
-Each case is the latency IP on the block alone (:func:`series.block_workload`, its ends
-pinned), whose proven bound is what counts.  The tables are filled lazily: every entry
-starts at a cheap bound valid for every t and room (the block's path bound), and only
-the entries on the DP's best path are solved, until that path holds solved entries only.
-A room is walked down one Pareto point at a time: the IP at room r returns a least time v
-and the memory m its call used; v holds for every room in [m, r], and below m (less
-STEP) the next IP is needed (v bounds it until then).  Every DP value along the way is
-a lower bound, and on graphs where every entry's IP is proven the last one is the optimum.
+Each case is the latency program on the block alone (:func:`series.block_workload`, its
+ends pinned), solved by CP-SAT (:mod:`cpsat`), whose proven bound is what counts.  The
+tables are filled lazily: every entry starts at a cheap bound valid for every t and room
+(the block's path bound), and only the entries on the DP's best path are solved, until
+that path holds solved entries only.
+A room is walked down one Pareto point at a time: the program at room r returns a least
+time v and the memory m its call used; v holds for every room in [m, r], and below m
+(less STEP) the next program is needed (v bounds it until then).  Every DP value along
+the way is a lower bound, and on graphs where every entry's program is proven the last
+one is the optimum.
 
 The path bound cannot see what this does: parallel branches of a block that each need a
 call of their own (or run 10x slower on the CPUs) compete for the same few accelerators.
-On Inception-v3 (12 accelerators of 2 GiB) it converges at 1199.58 (the plan: 1199.70;
-the path bound: 1148.69) after 224 s on a 2-core machine, past 1% after about 164 s.
+On Inception-v3 (12 accelerators of 2 GiB) it converges at 1199.70 (the plan: 1199.70;
+the path bound: 1148.69) after about 41 s on a 2-core machine, past 1% after 28-29 s.
+With HiGHS on the blocks it converged at 1199.58 after 224 s: its big-M rows left some
+block programs unproven after 30 s that CP-SAT closes in a second.
 """
 
 from __future__ import annotations
@@ -37,11 +41,12 @@ import numpy as np
 
 from ..workload import Workload
 from . import evaluate, series
+from .cpsat import solve_latency_cp
 from .segments import latency_lower_bound
 
-SOLVE_SECONDS = 30.0  # at most, for one entry's IP
-WORKERS = 2  # entries solved at once (HiGHS runs outside the GIL)
-GAP = 1e-4  # relative: an entry's IP stops this close to its optimum (its proven bound counts)
+SOLVE_SECONDS = 30.0  # at most, for one entry's program
+WORKERS = 2  # entries solved at once (each in a CP-SAT worker process of its own)
+GAP = 1e-4  # relative: an entry's program stops this close to its optimum (its proven bound counts)
 STEP = 1e-5  # of an accelerator's memory: a walk's next room lies this far below the last call's
 # memory (more than the solver's feasibility tolerance, which would let the same call fit again)
 KINDS = ("CC", "CO", "OC", "OO")
@@ -130,7 +135,7 @@ class _Tables:
         self.cc = {t: [start["CC"], False] for t in range(self.most + 1)}
         self.cc[0] = [self._all_cpu(), True]
         self.start = start
-        self.known: dict[str, list] = {}  # kind -> [(latency, plan)] found by its IPs
+        self.known: dict[str, list] = {}  # kind -> [(latency, plan)] found by its programs
         # OO's walks also depend on the room the first end's call has left: keyed by it
         self.walks = {k: {t: ({} if k == "OO" else [[start[k], 0.0, False]]) for t in range(self.most + 1)}
                       for k in kinds if k != "CC"}
@@ -170,7 +175,8 @@ class _Tables:
 
     def _warm_start(self, sub: Workload, kind: str) -> dict[int, str]:
         """The best plan found so far for this case that the sub-workload allows (its rooms
-        and calls), else :meth:`_pinned_alone`: a tight big-M is what makes these IPs quick."""
+        and calls), else :meth:`_pinned_alone`: a tight horizon (the best latency known)
+        is what makes these programs quick."""
         for _, plan in sorted(self.known.get(kind, []), key=lambda x: x[0]):
             if all(d in sub.device_index for d in plan.values()) and not evaluate.check(sub, plan):
                 return plan
@@ -187,7 +193,7 @@ class _Tables:
 
     def _pinned_alone(self, sub: Workload, kind: str) -> dict[int, str]:
         """The plan every room allows: each pinned end alone in its call, the rest on the
-        CPUs (it sets the IP's big-M far below the pinned ends' CPU time)."""
+        CPUs (it sets the horizon far below the pinned ends' CPU time)."""
         names = [d.name for d in sub.devices]
         plan = {int(i): names[sub.num_accelerators] for i in sub.ids}
         calls = iter(names[:sub.num_accelerators])
@@ -207,8 +213,6 @@ class _Tables:
     def solve(self, key: tuple, deadline: float) -> None:
         """Solve one entry (('CC', t), (kind, t, step) or ('OO', t, left, step)); it then
         counts as solved."""
-        from .ip import solve_latency
-
         kind, t = key[0], key[1]
         left = key[2] if kind == "OO" else None
         if kind == "CC":
@@ -219,8 +223,7 @@ class _Tables:
             room = self.top(kind) if k == 0 else steps[k - 1][1]
         sub = self.sub(kind, t, room, left)
         seconds = max(0.5, min(SOLVE_SECONDS, deadline - time.perf_counter()))
-        plan = solve_latency(sub, time_limit=seconds, gap=GAP, warm_start=self._warm_start(sub, kind),
-                             series_bound=False)
+        plan = solve_latency_cp(sub, time_limit=seconds, gap=GAP, warm_start=self._warm_start(sub, kind))
         if plan.value is not None:
             self.known.setdefault(kind, []).append((plan.value, plan.assignment))
         lb = plan.lower_bound if plan.lower_bound is not None else 0.0
