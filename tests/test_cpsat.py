@@ -63,10 +63,13 @@ def test_threads_share_the_workers_beside_highs():
 def test_an_error_in_the_worker_is_raised_here_and_the_worker_lives_on():
     data = bf.random_workload(3, n_range=(4, 4), k_range=(1, 1), l_range=(1, 1))
     w = Workload.from_paper_json(data)
-    first = next(iter(w.ids))
+    best = _brute_min(data, 1)
+    assert cpsat.solve_latency_cp(w, gap=0.0).value == pytest.approx(best, rel=1e-6)
+    started = len(cpsat._Worker._all)
     with pytest.raises(OnnxsplitError):  # a warm start naming a device the workload lacks
-        cpsat.solve_latency_cp(w, warm_start={int(i): "gpu9" for i in w.ids} | {int(first): "gpu9"})
-    assert cpsat.solve_latency_cp(w, gap=0.0).value == pytest.approx(_brute_min(data, 1), rel=1e-6)
+        cpsat.solve_latency_cp(w, warm_start={int(i): "gpu9" for i in w.ids})
+    assert cpsat.solve_latency_cp(w, gap=0.0).value == pytest.approx(best, rel=1e-6)
+    assert len(cpsat._Worker._all) == started  # the same worker served all three
 
 
 def test_a_silent_worker_is_given_up():

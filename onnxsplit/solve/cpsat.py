@@ -55,9 +55,10 @@ def solve_latency_cp(w: Workload, *, time_limit: float = 10.0, gap: float = 1e-4
     bound.  Threads may call it at once: each gets a worker of its own."""
     options = dict(time_limit=time_limit, gap=gap, warm_start=warm_start, workers=workers)
     worker = _Worker.take()
-    plan = worker.call((w, options), time_limit + REPLY_MARGIN)
-    _Worker.give_back(worker)
-    return plan
+    try:
+        return worker.call((w, options), time_limit + REPLY_MARGIN)
+    finally:
+        _Worker.give_back(worker)  # (one that was given up is never taken again)
 
 
 def _solve_here(w: Workload, *, time_limit: float, gap: float, warm_start: dict[int, str] | None,
