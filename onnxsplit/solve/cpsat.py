@@ -200,8 +200,11 @@ class _Worker:
     _lock = threading.Lock()
 
     def __init__(self):
+        # the worker imports what this process imports: its path too (a script may have
+        # put onnxsplit there itself)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
         self.proc = subprocess.Popen([sys.executable, "-m", __spec__.name], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
     @classmethod
     def take(cls) -> "_Worker":
