@@ -333,6 +333,12 @@ def is_convex(data, assignment: dict) -> bool:
     return True
 
 
+def accelerators_convex(data, assignment: dict) -> bool:
+    """Every accelerator's part convex; CPU nodes each apart, as the latency model runs them
+    (unbounded parallelism: the CPUs' nodes need not be convex)."""
+    return is_convex(data, {v: (d if is_acc(d) else f"cpu-{v}") for v, d in assignment.items()})
+
+
 # ---- enumeration ---------------------------------------------------------------------------------
 
 def all_assignments(data):

@@ -21,12 +21,6 @@ def _random_plan(data, w: Workload, rng: random.Random) -> dict:
             for j, i in enumerate(w.ids)}
 
 
-def _accelerators_convex(data, a: dict) -> bool:
-    """Every accelerator's part convex (CPU nodes each apart, as the latency model runs them)."""
-    labelled = {v: (d if bf.is_acc(d) else f"cpu-{v}") for v, d in a.items()}
-    return bf.is_convex(data, labelled)
-
-
 @pytest.mark.parametrize("seed", range(40))
 def test_compiled_schedule_matches_the_brute_force(seed):
     data = bf.random_workload(seed, n_range=(3, 8), k_range=(1, 3), l_range=(1, 1), class_p=0.0)
@@ -37,7 +31,7 @@ def test_compiled_schedule_matches_the_brute_force(seed):
     for _ in range(10):
         a = _random_plan(data, w, rng)
         dev = np.minimum(evaluate.device_array(w, a), k)
-        convex = _accelerators_convex(data, a)
+        convex = bf.accelerators_convex(data, a)
         assert graph.convex(dev, k) == convex
         if not convex:
             continue
@@ -62,7 +56,7 @@ def test_polish_never_worsens_and_stays_valid(seed):
     plan, value = polish.polish_latency(w, start, 5.0)
     assert value <= before * (1 + 1e-12)
     assert evaluate.check(w, plan) == []
-    assert _accelerators_convex(data, plan)
+    assert bf.accelerators_convex(data, plan)
     assert value == pytest.approx(bf.latency(data, plan), rel=1e-9)
     best = _brute_latency_one_call(data)
     assert value >= best * (1 - 1e-9)
