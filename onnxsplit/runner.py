@@ -33,6 +33,7 @@ import numpy as np
 
 from .errors import OnnxsplitError
 from .export import FORMAT, MANIFEST
+from .profile.devices import CPU_EP
 from .profile.measure import session_options
 
 POLL_S = 0.05  # how often a waiting thread looks for a stop
@@ -65,7 +66,7 @@ def read_manifest(parts_dir: str | Path) -> dict[str, Any]:
 
 
 def _providers(ep: str, fallback_cpu: bool = False) -> list[str]:
-    from .profile.devices import CPU_EP, available_providers
+    from .profile.devices import available_providers
 
     present = available_providers()
     if ep not in present and fallback_cpu:
@@ -337,7 +338,7 @@ def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str
 
 
 def _whole_session(model_path: str | Path, threads: int, optimize: bool,
-                   ep: str = "CPUExecutionProvider"):
+                   ep: str = CPU_EP):
     import onnxruntime as ort
 
     providers = _providers(ep)
@@ -355,8 +356,6 @@ def single_device_ep(parts: Parts) -> tuple[str, str]:
     """(device, EP) to run the whole model on for comparison: the plan's best single device
     where a part runs on it here (the accelerator, where the whole model on it is faster than
     on a core), else a CPU core."""
-    from .profile.devices import CPU_EP
-
     single = (parts.manifest.get("predicted") or {}).get("single_device") or {}
     device = single.get("device")
     for p, ep in zip(parts.parts, parts.execution_providers):
@@ -419,8 +418,6 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
         raise RunError(f"the original model failed on the check inputs: "
                        f"{' '.join(str(e).split())[:300]}") from None
     got = parts.run(feeds)
-    from .profile.devices import CPU_EP
-
     verify = compare_outputs(got, {o: want[o] for o in parts.output_names})
     verify.update(verify_tolerance(verify, any(ep != CPU_EP for ep in parts.execution_providers)))
     result: dict[str, Any] = {
