@@ -3,6 +3,7 @@ processes (CP-SAT cannot share a process with python-mip's HiGHS: see cpsat.py).
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -80,3 +81,29 @@ def test_a_silent_worker_is_given_up():
         worker.call((w, dict(time_limit=5.0, gap=0.0, warm_start=None, workers=1)), 0.0)
     assert time.perf_counter() - began < 2.0
     assert worker.proc.poll() is not None  # killed, and never handed out again
+
+
+class _Noisy:
+    """A request that, unpickled in the worker, writes 1 MB to its standard error."""
+
+    def __reduce__(self):
+        return os.write, (2, b"x" * 1_000_000)
+
+
+def test_a_worker_that_writes_much_to_standard_error_still_answers():
+    # (through a pipe nobody reads, the write would stop at the pipe's 64 KB and the call
+    # would time out)
+    worker = cpsat._Worker.take()
+    try:
+        with pytest.raises(TypeError):  # not a (workload, options) pair: raised back here
+            worker.call(_Noisy(), 20.0)
+    finally:
+        cpsat._Worker.give_back(worker)
+
+
+def test_a_worker_that_died_is_an_error_not_a_hang():
+    worker = cpsat._Worker.take()
+    worker.proc.kill()
+    worker.proc.wait()
+    with pytest.raises(SolveError, match="gave no answer"):
+        worker.call((Workload.from_paper_json(_modules(0)), {}), 5.0)

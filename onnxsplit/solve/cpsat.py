@@ -32,6 +32,7 @@ import select
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -203,8 +204,11 @@ class _Worker:
         # the worker imports what this process imports: its path too (a script may have
         # put onnxsplit there itself)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
+        # its messages go to a file, not a pipe: nothing reads them until it fails, and a
+        # full pipe would stop the worker mid-solve
+        self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", __spec__.name], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                                     stdout=subprocess.PIPE, stderr=self.log, env=env)
 
     @classmethod
     def take(cls) -> "_Worker":
@@ -223,11 +227,16 @@ class _Worker:
             cls._idle.append(worker)
 
     def call(self, request, timeout: float):
-        _send(self.proc.stdin, request)
-        reply = _receive(self.proc.stdout, time.perf_counter() + timeout)
+        try:
+            _send(self.proc.stdin, request)
+        except OSError:  # it has ended (BrokenPipeError): said below, with its last words
+            reply = None
+        else:
+            reply = _receive(self.proc.stdout, time.perf_counter() + timeout)
         if reply is None:
             self.close()
-            lines = self.proc.stderr.read().decode(errors="replace").strip().splitlines()
+            self.log.seek(0)
+            lines = self.log.read().decode(errors="replace").strip().splitlines()
             raise SolveError("internal error: the CP-SAT worker gave no answer" + (f": {lines[-1]}" if lines else ""))
         if isinstance(reply, BaseException):
             raise reply
