@@ -340,24 +340,39 @@ def _run(args) -> int:
 
     result = run_parts(args.parts, model=args.model, samples=args.samples, warmup=args.warmup,
                        measure=not args.no_measure)
+    bad = not result["verify"]["ok"]
     if args.json:
         print(json.dumps(result))
-        return 0
+        return 1 if bad else 0
     v = result["verify"]
-    print(f"{result['parts_dir']}: {len(result['parts'])} parts on {', '.join(result['devices'])}")
+    how = "one onnxruntime session (annotated.onnx)" if result["run_as"] == "session" else \
+        f"{len(result['parts'])} part(s) on {', '.join(result['devices'])}"
+    print(f"{result['parts_dir']}: runs as {how}")
     print(f"verify: max abs error {v['max_abs_error']:.2g}, max rel error {v['max_rel_error']:.2g} "
           f"over {v['outputs']} outputs" + ("" if v["ok"] else " -- ABOVE " + _tolerance_text(v)))
+    if "assignment" in result:
+        a = result["assignment"]
+        print(f"placement: onnxruntime put all {a['checked']} nodes it kept by name where the "
+              f"plan did ({a['fused']} fused under new names)")
     if "measured" not in result:
-        return 0
-    single = result["single_device"]
-    ep = single["execution_provider"].removesuffix("ExecutionProvider")
-    rows = [("measured (pipeline)", result["measured"]), ("predicted (plan)", result["predicted"]),
-            (f"whole model, {single['device']} ({ep})", single)]
-    print(f"  {'':<24} {'latency ms':>11} {'samples/s':>10}")
+        return 1 if bad else 0
+    rows = [("onnxsplit, measured", result["measured"]), ("onnxsplit, predicted", result["predicted"])]
+    rows += [(name, b) for name, b in (result.get("baselines") or {}).items()]
+    print(f"  {'':<28} {'latency ms':>11} {'samples/s':>10} {'vs onnxsplit':>13}")
+    ratios = result.get("ratios") or {}
     for label, r in rows:
-        if r:
-            print(f"  {label:<24} {r['latency_ms']:>11.2f} {r['throughput_per_s']:>10.1f}")
-    return 0
+        if not r:
+            continue
+        if "error" in r:
+            print(f"  {label:<28} {'-':>11} {'-':>10}  {r['error'][:60]}")
+            continue
+        ratio = ratios.get(label)
+        rtext = f"{ratio['throughput']:.2f}x / {ratio['latency']:.2f}x" if ratio else ""
+        print(f"  {label:<28} {r['latency_ms']:>11.2f} {r['throughput_per_s']:>10.1f} {rtext:>13}")
+    if ratios:
+        print("  (vs onnxsplit: its throughput over the row's, the row's latency over its; above "
+              "1: onnxsplit is faster)")
+    return 1 if bad else 0
 
 
 def _solve(args) -> int:

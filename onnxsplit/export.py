@@ -50,6 +50,11 @@ INLINE_BYTES = 1024  # weights this small stay inside each part that reads them
 _ALIGN_BIG = 64 * 1024  # page-aligned offsets let onnxruntime map big tensors from the file
 _BIG = 1 << 20
 MODEL_INPUT = "input"  # the producer named for a model input
+ANNOTATED = "annotated.onnx"  # the whole model, each node annotated with its device
+SESSION_FILE = "session.json"  # how one onnxruntime session runs the annotated model
+LAYER_ANN = "layer_ann"
+# onnxruntime's device type for an EP in session.layer_assignment_settings
+_ORT_DEVICE = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "gpu"}
 
 
 @dataclass(frozen=True)
@@ -167,10 +172,17 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
            providers: Mapping[str, str], piece_of: Mapping[str, int] | None = None,
            threads: Mapping[str, int] | None = None, predicted: Mapping[str, Any] | None = None,
            plan: Mapping[str, Any] | None = None, files: Mapping[str, str] | None = None,
-           force: bool = False, check: bool = True) -> Export:
+           force: bool = False, check: bool = True, optimization: str | None = None,
+           replicas: Mapping[str, int] | None = None, session: Mapping[str, Any] | None = None
+           ) -> Export:
     """Write the parts of ``graph`` placed by ``device_of`` into the new folder ``out``.
 
-    ``threads``: device -> intra-op threads its session should use (1 for a CPU core).
+    ``threads``: device -> intra-op threads its session should use (1 for a CPU core, 0
+    for onnxruntime's default); ``optimization``: the parts' graph optimisation level
+    (``all`` or ``disabled``; None: not recorded, the runner's default); ``replicas``:
+    device -> copies of its sessions run side by side.  ``session`` ({"threads",
+    "config"}): also write ``annotated.onnx`` and ``session.json`` so that one onnxruntime
+    session runs the plan, and mark the folder ``run_as: session``.
     ``predicted`` ({"latency_ms", "throughput_per_s"}) and ``plan`` go into the manifest;
     ``files`` (name -> text) are written beside it.
     ``force`` replaces an existing ``out``; otherwise an existing ``out`` is an error.
@@ -194,6 +206,14 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     try:
         with _WeightWriter(staging / WEIGHTS, base_dir) as weights:
             protos = [_part_model(model, graph, p, links, types, weights, initializers) for p in parts]
+            if session is not None:
+                whole = Part("annotated", "session", CPU_EP_NAME, tuple(n.name for n in graph.nodes),
+                             tuple(t for t in graph.inputs), tuple(graph.outputs))
+                annotated = _part_model(model, graph, whole, _Links.of([whole]), types, weights,
+                                        initializers)
+                session_json = _annotate(annotated, graph, device_of, providers, session)
+                (staging / ANNOTATED).write_bytes(annotated.SerializeToString())
+                (staging / SESSION_FILE).write_text(json.dumps(session_json, indent=1) + "\n")
         for p, proto in zip(parts, protos):
             (staging / p.file).write_bytes(proto.SerializeToString())
             if check:
@@ -203,6 +223,11 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
                     raise OnnxsplitError(f"part {p.name} is not a valid ONNX model: "
                                          f"{' '.join(str(e).split())[:300]}") from None
         manifest = _manifest(graph, parts, links, weights, threads or {}, predicted, plan)
+        for entry in manifest["parts"]:
+            if optimization is not None:
+                entry["optimization"] = optimization
+            entry["replicas"] = int((replicas or {}).get(entry["device"], 1))
+        manifest["run_as"] = "session" if session is not None else "pipeline"
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         for name, text in (files or {}).items():
             (staging / name).write_text(text)
@@ -216,6 +241,37 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return Export(out, parts, manifest)
+
+
+CPU_EP_NAME = "CPUExecutionProvider"
+
+
+def session_ready(providers: Mapping[str, str], devices) -> bool:
+    """Whether one onnxruntime session can run a plan on ``devices``: at most one device
+    per EP, each an EP that layer assignment knows."""
+    eps = [providers[d] for d in devices]
+    return len(set(eps)) == len(eps) and all(ep in _ORT_DEVICE for ep in eps)
+
+
+def _annotate(model: onnx.ModelProto, graph: OpGraph, device_of: Mapping[str, str],
+              providers: Mapping[str, str], session: Mapping[str, Any]) -> dict[str, Any]:
+    """Tag every node of the whole ``model`` with ``layer_ann`` = its device's part, and
+    say how one session runs it: the EPs in order and the session config entries."""
+    tag = {d: f"{_ORT_DEVICE[providers[d]]}_part" for d in set(device_of.values())}
+    for node in model.graph.node:
+        node.metadata_props.add(key=LAYER_ANN, value=tag[device_of[node.name]])
+    used = sorted(set(device_of.values()), key=lambda d: providers[d] == CPU_EP_NAME)
+    eps = list(dict.fromkeys(providers[d] for d in used))
+    if CPU_EP_NAME not in eps:
+        eps.append(CPU_EP_NAME)
+    config = {"session.layer_assignment_settings":
+              "; ".join(f"{_ORT_DEVICE[providers[d]]}(={tag[d]})" for d in used),
+              "session.record_ep_graph_assignment_info": "1"}
+    config.update(session.get("config") or {})
+    return {"file": ANNOTATED, "execution_providers": eps,
+            "threads": int(session.get("threads", 0)),
+            "optimization": session.get("optimization", "all"), "config": config,
+            "node_providers": {n.name: providers[device_of[n.name]] for n in graph.nodes}}
 
 
 def check_out(out: str | Path, force: bool) -> Path:

@@ -1,23 +1,27 @@
 """Run an exported parts folder: verify it against the original model, and measure it.
 
-:class:`Parts` loads each part on its execution provider (a CPU-core device gets one
-single-threaded session: one core, as the plan assumed).  It runs samples two ways:
+:class:`Parts` loads each part on its execution provider with the threads, graph
+optimisation level and copies the manifest gives it (a CPU device: one session with its
+cores as intra-op threads; a model kept whole: onnxruntime's default session, or copies of
+it side by side).  A plan whose manifest says ``run_as: session`` runs as ONE onnxruntime
+session over ``annotated.onnx``: each node carries ``layer_ann`` and ``session.json``'s
+``session.layer_assignment_settings`` puts it on its device; the session's own record of
+the assignment is checked against the plan.  Samples run two ways:
 
 - :meth:`Parts.run`: one sample through the parts in order, in the calling thread;
-- :meth:`Parts.stream`: samples through a pipeline -- one worker thread per device, each
-  taking ready (part, sample) calls from its own queue, oldest sample first; at most
-  ``depth`` samples are in flight, which bounds every queue.  onnxruntime releases the
-  GIL while a part runs, so devices work in parallel.  A part that fails stops the
-  pipeline and re-raises as ``RunError`` naming the part and the sample; every wait has a
-  timeout, so nothing hangs.
+- :meth:`Parts.stream`: samples through a pipeline -- worker threads per device (one per
+  copy), each taking ready (part, sample) calls from the device's queue, oldest sample
+  first; at most ``depth`` samples are in flight, which bounds every queue.  onnxruntime
+  releases the GIL while a part runs, so devices work in parallel.  A part that fails
+  stops the pipeline and re-raises as ``RunError`` naming the part and the sample; every
+  wait has a timeout, so nothing hangs.
 
 :func:`run_parts` does what ``onnxsplit run`` prints: the outputs of one sample against
-the original model in one CPU session on the same inputs (``verify``, with ``ok``: within
-1e-4 absolute where every part ran on the CPU, 1e-2 relative where one ran on an
-accelerator), single-stream latency and pipelined throughput (``measured``), the plan's
-prediction (``predicted``) and the original model in one session with one intra-op thread
-on the plan's best single device (``single_device``: the accelerator where a part runs on
-it here and the plan found it faster than a core, else a core).
+the original model on the same inputs (``verify``: within 1e-4 absolute where every part
+ran on the CPU, 1e-2 relative where one ran on an accelerator; a NaN or infinity the
+original does not have fails), single-stream latency and pipelined throughput
+(``measured``), the plan's prediction, and in the same run what a user would run instead
+(``baselines``, :func:`baselines`) with the ratios.
 """
 
 from __future__ import annotations
@@ -114,40 +118,93 @@ def random_feeds(specs: Iterable[Mapping[str, Any]], seed: int = 0) -> dict[str,
 
 
 class Parts:
-    """A loaded parts folder, ready to run samples."""
+    """A loaded parts folder (or one whole model, :meth:`whole`), ready to run samples.
+
+    Each part is a list of sessions: one, or ``replicas`` copies that the pipeline feeds
+    side by side (a whole model served as copies, one per core).  A part's ``threads`` is
+    its sessions' intra-op threads (0: onnxruntime's default, all cores), ``optimization``
+    its graph optimisation level (``all``, as users run onnxruntime, or ``disabled``)."""
 
     def __init__(self, parts_dir: str | Path, *, optimize: bool = False,
                  cpu_threads: int | None = 1, fallback_cpu: bool = False):
         """``fallback_cpu``: run a part whose execution provider is absent on the CPU (to
-        check parts made for hardware elsewhere)."""
-        import onnxruntime as ort
-
+        check parts made for hardware elsewhere).  ``optimize`` and ``cpu_threads`` apply
+        to parts whose manifest entry does not say (folders from before they were
+        recorded)."""
         self.dir = Path(parts_dir)
         self.manifest = read_manifest(self.dir)
-        self.parts = self.manifest["parts"]
+        self.assignment: dict[str, Any] | None = None
+        if self.manifest.get("run_as") == "session":
+            specs = [_session_spec(self.dir, self.manifest)]
+        else:
+            specs = self.manifest["parts"]
+        self._load(specs, optimize, cpu_threads, fallback_cpu)
+        if self.manifest.get("run_as") == "session":
+            self.assignment = _check_assignment(self.sessions[0][0], self.dir, self.manifest)
+
+    @classmethod
+    def whole(cls, model_path: str | Path, ep: str = CPU_EP, *, threads: int = 0,
+              optimization: str = "all", replicas: int = 1,
+              config: Mapping[str, str] | None = None) -> "Parts":
+        """The original model as one part: ``replicas`` sessions on ``ep``, each with
+        ``threads`` intra-op threads -- onnxruntime's own session as a user runs it."""
+        self = cls.__new__(cls)
+        self.dir = Path(model_path).parent
+        self.assignment = None
+        spec = {"name": "whole", "file": str(Path(model_path).resolve()), "device": "whole",
+                "execution_provider": ep, "threads": threads, "optimization": optimization,
+                "replicas": replicas, "config": dict(config or {}), "inputs": None,
+                "outputs": None}
+        self.manifest = {"parts": [spec], "model": None}
+        self._load([spec], True, threads, False)
+        return self
+
+    def _load(self, specs, optimize: bool, cpu_threads: int | None, fallback_cpu: bool) -> None:
+        import onnxruntime as ort
+
+        self.parts = list(specs)
         self.devices = list(dict.fromkeys(p["device"] for p in self.parts))
-        self.sessions = []
+        self.sessions: list[list[Any]] = []
         self.execution_providers = []  # the EP each part runs on (the CPU's where it fell back)
         for p in self.parts:
             threads = p.get("threads")
-            if threads is None and p["execution_provider"] == "CPUExecutionProvider":
+            if threads is None and p["execution_provider"] == CPU_EP:
                 threads = cpu_threads
-            providers = _providers(p["execution_provider"], fallback_cpu)
-            try:
-                # enable_fallback=0: onnxruntime would otherwise print to stdout and quietly
-                # run the part on the CPU when the EP cannot be set up (a missing CUDA library)
-                sess = ort.InferenceSession(str(self.dir / p["file"]),
-                                            session_options(threads, optimize=optimize),
-                                            providers=providers, enable_fallback=0)
-            except Exception as e:
-                raise RunError(f"part {p['name']} ({p['file']}) cannot be loaded on "
-                               f"{p['execution_provider']}: {' '.join(str(e).split())[:300]}") from None
-            _check_runs_on(sess, providers[0], f"part {p['name']} ({p['file']})")
-            self.sessions.append(sess)
+            level = p.get("optimization")
+            opt = optimize if level is None else level == "all"
+            eps = p.get("execution_providers") or [p["execution_provider"]]
+            providers = _providers(eps[0], fallback_cpu)
+            if len(eps) > 1 and providers[0] == eps[0]:
+                providers = list(dict.fromkeys(list(eps) + [CPU_EP]))
+            so = session_options(threads, optimize=opt)
+            for k, v in (p.get("config") or {}).items():
+                so.add_session_config_entry(k, str(v))
+            copies = []
+            for _ in range(max(1, int(p.get("replicas") or 1))):
+                try:
+                    # enable_fallback=0: onnxruntime would otherwise print to stdout and
+                    # quietly run the part on the CPU when the EP cannot be set up
+                    sess = ort.InferenceSession(str(self.dir / p["file"]), so,
+                                                providers=providers, enable_fallback=0)
+                except Exception as e:
+                    raise RunError(f"part {p['name']} ({p['file']}) cannot be loaded on "
+                                   f"{p['execution_provider']}: "
+                                   f"{' '.join(str(e).split())[:300]}") from None
+                _check_runs_on(sess, providers[0], f"part {p['name']} ({p['file']})")
+                copies.append(sess)
+            self.sessions.append(copies)
             self.execution_providers.append(providers[0])
-        self.output_names = [o["name"] for o in self.manifest["model"]["outputs"]]
-        self._input_names = [[i["name"] for i in p["inputs"]] for p in self.parts]
-        self._out_names = [[o["name"] for o in p["outputs"]] for p in self.parts]
+        first = self.sessions[0][0]
+        if self.manifest.get("model"):
+            self.output_names = [o["name"] for o in self.manifest["model"]["outputs"]]
+        else:
+            self.output_names = [o.name for o in first.get_outputs()]
+        self._input_names = [[i["name"] for i in p["inputs"]] if p.get("inputs") is not None
+                             else [i.name for i in s[0].get_inputs()]
+                             for p, s in zip(self.parts, self.sessions)]
+        self._out_names = [[o["name"] for o in p["outputs"]] if p.get("outputs") is not None
+                           else [o.name for o in s[0].get_outputs()]
+                           for p, s in zip(self.parts, self.sessions)]
         producer = {o: i for i, names in enumerate(self._out_names) for o in names}
         self._deps = [sorted({producer[t] for t in names if t in producer})
                       for names in self._input_names]
@@ -158,18 +215,26 @@ class Parts:
 
     @property
     def inputs(self) -> list[dict[str, Any]]:
-        return self.manifest["model"]["inputs"]
+        if self.manifest.get("model"):
+            return self.manifest["model"]["inputs"]
+        return [{"name": i.name, "dtype": i.type, "shape": i.shape}
+                for i in self.sessions[0][0].get_inputs()]
+
+    def workers(self, device: str) -> int:
+        """How many samples ``device`` runs at once: its parts' largest replica count."""
+        return max(len(s) for p, s in zip(self.parts, self.sessions) if p["device"] == device)
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> None:
         missing = [s["name"] for s in self.inputs if s["name"] not in feeds]
         if missing:
             raise RunError(f"input '{missing[0]}' is not given")
 
-    def _call(self, i: int, values: Mapping[str, Any]) -> dict[str, Any]:
+    def _call(self, i: int, values: Mapping[str, Any], copy: int = 0) -> dict[str, Any]:
         p = self.parts[i]
+        sessions = self.sessions[i]
         try:
-            got = self.sessions[i].run(self._out_names[i],
-                                       {t: values[t] for t in self._input_names[i]})
+            got = sessions[copy % len(sessions)].run(self._out_names[i],
+                                                     {t: values[t] for t in self._input_names[i]})
         except Exception as e:
             raise RunError(f"part {p['name']} on {p['device']} failed: "
                            f"{' '.join(str(e).split())[:300]}") from None
@@ -186,7 +251,53 @@ class Parts:
     def stream(self, samples: Iterable[Mapping[str, Any]], depth: int | None = None,
                timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
         """Pipelined run: yields each sample's outputs, in order of the samples."""
-        yield from _Pipeline(self, depth or 2 * len(self.parts), timeout_s).run(samples)
+        yield from _Pipeline(self, depth or self.default_depth(), timeout_s).run(samples)
+
+    def default_depth(self) -> int:
+        """Samples in flight for throughput: two per worker."""
+        return 2 * sum(self.workers(d) for d in self.devices)
+
+
+def _session_spec(parts_dir: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The annotated model as one part: one onnxruntime session runs the plan, each node
+    on the device its ``layer_ann`` names (``session.json``)."""
+    from .export import SESSION_FILE
+
+    try:
+        spec = json.loads((parts_dir / SESSION_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise RunError(f"{parts_dir / SESSION_FILE}: cannot be read ({e})") from None
+    eps = spec.get("execution_providers")
+    if not isinstance(eps, list) or not eps or not isinstance(spec.get("file"), str):
+        raise RunError(f"{parts_dir / SESSION_FILE}: expected 'file' and a list "
+                       "'execution_providers'")
+    return {"name": "session", "file": spec["file"], "device": "session",
+            "execution_provider": eps[0], "execution_providers": eps,
+            "threads": spec.get("threads", 0), "optimization": spec.get("optimization", "all"),
+            "config": spec.get("config") or {}, "replicas": 1,
+            "inputs": manifest["model"]["inputs"], "outputs": manifest["model"]["outputs"]}
+
+
+def _check_assignment(sess, parts_dir: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Where onnxruntime put the annotated model's nodes, against the plan: its own record
+    (``session.record_ep_graph_assignment_info``).  Nodes that onnxruntime fused under a new
+    name are not in the record by their names and are counted apart."""
+    from .export import SESSION_FILE
+
+    spec = json.loads((parts_dir / SESSION_FILE).read_text())
+    want: dict[str, str] = spec.get("node_providers") or {}
+    try:
+        info = sess.get_provider_graph_assignment_info()
+    except Exception as e:
+        raise RunError(f"onnxruntime gave no record of where it put the nodes: {e}") from None
+    got = {n.name: sg.ep_name for sg in info for n in sg.get_nodes()}
+    checked = [n for n in want if n in got]
+    wrong = [n for n in checked if got[n] != want[n]]
+    if wrong:
+        raise RunError(f"onnxruntime put {len(wrong)} of {len(checked)} annotated nodes on "
+                       f"another device than the plan (first: '{wrong[0]}' on {got[wrong[0]]}, "
+                       f"planned on {want[wrong[0]]})")
+    return {"checked": len(checked), "fused": len(want) - len(checked), "elsewhere": 0}
 
 
 class _Pipeline:
@@ -203,8 +314,9 @@ class _Pipeline:
         self.state: dict[int, dict[str, Any]] = {}  # sample -> {"values", "waiting", "left"}
 
     def run(self, samples: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
-        workers = [threading.Thread(target=self._work, args=(d,), daemon=True,
-                                    name=f"onnxsplit-{d}") for d in self.p.devices]
+        workers = [threading.Thread(target=self._work, args=(d, k), daemon=True,
+                                    name=f"onnxsplit-{d}-{k}")
+                   for d in self.p.devices for k in range(self.p.workers(d))]
         for w in workers:
             w.start()
         feeder = threading.Thread(target=self._feed, args=(iter(samples),), daemon=True,
@@ -280,7 +392,7 @@ class _Pipeline:
             time.sleep(POLL_S / 5)
         self.done.put(None)
 
-    def _work(self, device: str) -> None:
+    def _work(self, device: str, copy: int = 0) -> None:
         q = self.queues[device]
         while not self.stop.is_set():
             try:
@@ -289,7 +401,7 @@ class _Pipeline:
                 continue
             st = self.state[s]
             try:
-                got = self.p._call(i, st["values"])
+                got = self.p._call(i, st["values"], copy)
             except BaseException as e:
                 self._fail(RunError(f"{e} (sample {s})") if isinstance(e, RunError) else e)
                 return
@@ -324,8 +436,15 @@ def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str
             raise RunError(f"output '{name}' has shape {a.shape} from the parts but {b.shape} "
                            "from the original model")
         if a.dtype.kind in "fc" or b.dtype.kind in "fc":
-            d = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
-            scale = float(np.max(np.abs(b.astype(np.float64)), initial=0.0))
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            diff = np.abs(a64 - b64)
+            # NaN or infinity where the original has the same is agreement; anywhere else
+            # it is an error no tolerance accepts (max() would drop a NaN)
+            same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+            diff = np.where(same, 0.0, np.where(np.isfinite(diff), diff, np.inf))
+            d = float(np.max(diff, initial=0.0))
+            finite = np.abs(b64[np.isfinite(b64)])
+            scale = float(np.max(finite, initial=0.0))
         else:
             d = 0.0 if np.array_equal(a, b) else float("inf")
             scale = 1.0
@@ -381,7 +500,8 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
                      depth: int | None = None) -> dict[str, float]:
     """Single-stream latency: with one sample in flight, the median time between finishes
     (each sample enters as the one before leaves).  Throughput: ``depth`` samples in
-    flight, steady state, from the first to the last finish after warm-up."""
+    flight (two per worker), steady state, from the first to the last finish after
+    warm-up."""
     for _ in range(warmup):
         parts.run(feeds)
 
@@ -392,7 +512,9 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
         return t
 
     one = np.diff(finishes(warmup + samples, 1)[warmup:])
-    steady = finishes(warmup + samples, depth or 2 * len(parts.parts))[1 + warmup:]
+    depth = depth or parts.default_depth()
+    streamed = max(samples, 2 * depth)
+    steady = finishes(warmup + streamed, depth)[1 + warmup:]
     span = steady[-1] - steady[0]
     latency = float(np.median(one))
     return {"latency_ms": latency * 1e3,
@@ -400,39 +522,101 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
             "samples": samples}
 
 
+def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int, warmup: int,
+              accelerators: Iterable[str] = (), capacity_kb: int | None = None
+              ) -> dict[str, dict[str, Any]]:
+    """What a user runs instead of onnxsplit, measured on ``feeds``: onnxruntime's default
+    session on the CPU (all graph optimisations, default threads); copies of the whole model
+    side by side, one single-thread session per core; on each accelerator EP, its default
+    session (onnxruntime puts what the EP cannot run on the CPU) and, with ``capacity_kb``,
+    its capacity-aware partitioning under that memory budget."""
+    import os
+
+    cores = os.cpu_count() or 1
+    runs: dict[str, tuple[str, dict[str, Any]]] = {
+        "ort_default_cpu": (CPU_EP, {"threads": 0}),
+        f"ort_replicas_cpu_{cores}x1": (CPU_EP, {"threads": 1, "replicas": cores}),
+    }
+    for ep in dict.fromkeys(accelerators):
+        short = ep.removesuffix("ExecutionProvider").lower()
+        runs[f"ort_default_{short}"] = (ep, {"threads": 0})
+        if capacity_kb is not None and ep == "CUDAExecutionProvider":
+            runs[f"ort_capacity_{short}"] = (ep, {"threads": 0, "config": {
+                "session.resource_cuda_partitioning_settings": f"{int(capacity_kb)},"}})
+    out: dict[str, dict[str, Any]] = {}
+    for name, (ep, how) in runs.items():
+        try:
+            whole = Parts.whole(model_path, ep, **how)
+            got = measure_pipeline(whole, feeds, samples, warmup)
+        except RunError as e:
+            out[name] = {"error": str(e)}
+            continue
+        out[name] = dict(got, execution_provider=ep, threads=how["threads"],
+                         replicas=how.get("replicas", 1))
+        whole = None
+    return out
+
+
+def _ratios(measured: Mapping[str, Any], base: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The plan's throughput over each baseline's, and each baseline's latency over the
+    plan's (above 1: onnxsplit is faster)."""
+    out = {}
+    for name, b in base.items():
+        if "error" in b:
+            continue
+        out[name] = {"throughput": measured["throughput_per_s"] / b["throughput_per_s"],
+                     "latency": b["latency_ms"] / measured["latency_ms"]}
+    return out
+
+
 def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
               feeds: Mapping[str, Any] | None = None, samples: int = 50, warmup: int = 5,
               measure: bool = True, optimize: bool = False, seed: int = 0,
-              fallback_cpu: bool = False) -> dict[str, Any]:
-    """Verify a parts folder against its original model and (``measure``) time it."""
+              fallback_cpu: bool = False, compare: bool = True) -> dict[str, Any]:
+    """Verify a parts folder against its original model and (``measure``) time it, and
+    (``compare``) onnxruntime's own sessions on the same inputs."""
     parts = Parts(parts_dir, optimize=optimize, fallback_cpu=fallback_cpu)
     model_path = Path(model) if model else Path(parts.manifest["model"]["path"])
     if not model_path.exists():
         raise RunError(f"the original model '{model_path}' is not there: pass it with --model")
     feeds = dict(feeds) if feeds is not None else random_feeds(parts.inputs, seed)
     parts._check_feeds(feeds)
-    whole = _whole_session(model_path, 1, optimize)
+    whole = _whole_session(model_path, 1, False)
     try:
         want = dict(zip([o.name for o in whole.get_outputs()], whole.run(None, dict(feeds))))
     except Exception as e:
         raise RunError(f"the original model failed on the check inputs: "
                        f"{' '.join(str(e).split())[:300]}") from None
+    whole = None
     got = parts.run(feeds)
     verify = compare_outputs(got, {o: want[o] for o in parts.output_names})
     verify.update(verify_tolerance(verify, any(ep != CPU_EP for ep in parts.execution_providers)))
     result: dict[str, Any] = {
         "parts_dir": str(parts.dir),
+        "run_as": parts.manifest.get("run_as", "pipeline"),
         "parts": [p["name"] for p in parts.parts],
         "devices": parts.devices,
         "execution_providers": dict(zip((p["name"] for p in parts.parts), parts.execution_providers)),
         "verify": verify,
         "predicted": parts.manifest.get("predicted"),
     }
+    if parts.assignment is not None:
+        result["assignment"] = parts.assignment
     if measure:
         result["measured"] = measure_pipeline(parts, feeds, samples, warmup)
-        device, ep = single_device_ep(parts)
-        # one intra-op thread, graph optimisations as the parts: as the profile timed it
-        single = whole if ep == CPU_EP else _whole_session(model_path, 1, optimize, ep)
-        result["single_device"] = dict(measure_single(single, feeds, samples, warmup),
-                                       device=device, execution_provider=ep)
+        accelerators = [ep for ep in parts.execution_providers if ep != CPU_EP]
+        parts = None  # its sessions' memory goes before the baselines load theirs
+        if compare:
+            budget = (result["predicted"] or {}).get("accelerator_memory")
+            base = baselines(model_path, feeds, samples=samples, warmup=warmup,
+                             accelerators=accelerators,
+                             capacity_kb=int(budget / 1024) if budget else None)
+            result["baselines"] = base
+            result["ratios"] = _ratios(result["measured"], base)
+        pred = result["predicted"] or {}
+        if pred.get("throughput_per_s") and pred.get("latency_ms"):
+            m = result["measured"]
+            result["prediction_error"] = {
+                "throughput": m["throughput_per_s"] / pred["throughput_per_s"] - 1,
+                "latency": m["latency_ms"] / pred["latency_ms"] - 1}
     return result

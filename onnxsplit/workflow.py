@@ -19,7 +19,7 @@ import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -47,6 +47,8 @@ class Prepared:
     accelerator: Any  # DeviceSpec | None
     workload: Any  # Workload
     seconds: dict[str, float]
+    as_run: dict[str, Any] = field(default_factory=dict)  # "cpu"/"acc" -> calibration record
+    unoptimised_ms: dict[str, float | None] = field(default_factory=dict)
 
 
 def _say(quiet: bool, text: str) -> None:
@@ -79,7 +81,50 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     seconds["profile"] = time.perf_counter() - t
     workload = build_workload(graph, known, cluster, accelerator=accelerator)
     _check_total_memory(workload, cluster, acc)
-    return Prepared(graph, cluster, acc, workload, seconds)
+    t = time.perf_counter()
+    as_run, unopt = _calibrated(graph, known, cache, cluster, acc, workload, quiet)
+    seconds["calibrate"] = time.perf_counter() - t
+    return Prepared(graph, cluster, acc, workload, seconds, as_run, unopt)
+
+
+def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool):
+    """The calibration of each device kind (``calibrate``), measured here where the profile
+    entry has none and the EP is present, and stored with the entry."""
+    from dataclasses import replace as _replace
+
+    from . import calibrate
+    from .build import pick_entries
+    from .profile import ProfileFile, available_providers
+    from .profile.measure import input_feeds
+
+    cpu_entry, acc_entry = pick_entries(known, cluster.cpu, acc)
+    present = available_providers()
+    out: dict[str, Any] = {}
+    unopt: dict[str, float | None] = {}
+    store = None
+    feeds = None
+    model_bytes = float(workload.size.sum())
+    for kind, entry in (("cpu", cpu_entry), ("acc", acc_entry)):
+        if entry is None:
+            continue
+        unopt[kind] = entry.whole_model_ms.get("median")
+        record = dict(entry.as_run)
+        if not record and entry.execution_provider in present:
+            _say(quiet, f"calibrating the whole model on {entry.execution_provider} "
+                        "(as users run onnxruntime)")
+            feeds = feeds if feeds is not None else input_feeds(graph)
+            record = calibrate.calibrate(graph.path, feeds, entry.execution_provider,
+                                         model_bytes=model_bytes)
+            store = store or ProfileFile.load(cache)
+            store.put(_replace(entry, as_run=record))
+        if record:
+            out[kind] = record
+    if store is not None:
+        try:
+            store.save()
+        except OSError:
+            pass  # a read-only cache: the calibration is used, just not kept
+    return out, unopt
 
 
 def _check_total_memory(workload, cluster, acc) -> None:
@@ -177,6 +222,81 @@ def choose_plan(workload, objective: str, method: str = "auto", time_limit: floa
     return api.solve(workload, "latency", "ip", time_limit=time_limit)
 
 
+def choose(prep: Prepared, workload, objective: str, method: str = "auto",
+           time_limit: float = 30.0, pinned: bool = False):
+    """The plan to write, as a ``machine.Candidate``: the best of the model kept whole as
+    onnxruntime runs it and the solver's split on each CPU division, all predicted in the
+    machine's terms.  A split must promise MIN_SPLIT_GAIN times the best whole candidate
+    (the runner's hand-offs are in its prediction; noise is not).  An explicit ``method``,
+    pins or a profile without calibration: the solver's plan alone."""
+    from . import machine
+
+    cpu_rec = prep.as_run.get("cpu")
+    if not cpu_rec:  # no calibration (an EP measured elsewhere): the paper's model
+        plan = choose_plan(workload, objective, method, time_limit)
+        if method == "auto" and not pinned:
+            plan = _whole_if_split_does_not_pay(workload, plan)
+        ex = {"cpu_threads": 1, "optimization": None, "replicas": 1, "run_as": "pipeline"}
+        return machine.Candidate(plan, workload, ex, {})
+    acc_rec = prep.as_run.get("acc")
+    wholes = [] if pinned or method != "auto" else \
+        machine.whole_candidates(workload, objective, cpu_rec, acc_rec)
+    splits = machine.split_workloads(workload, objective, cpu_rec, acc_rec, prep.unoptimised_ms)
+    found = []
+    for w, ex in splits:
+        plan = choose_plan(w, objective, method, time_limit / max(len(splits), 1))
+        if plan.value is None or (len(set(plan.assignment.values())) < 2 and wholes):
+            continue
+        cand = machine.Candidate(plan, w, dict(ex))
+        session = objective == "latency" and _session_ready(prep, plan)
+        cand.execution["run_as"] = "session" if session else "pipeline"
+        cand.predicted = _predicted(cand)
+        found.append(cand)
+    best_whole = min(wholes, key=lambda c: c.value(objective), default=None)
+    best_split = min(found, key=lambda c: c.value(objective), default=None)
+    if best_split is None or (best_whole is not None and
+                              best_split.value(objective) * MIN_SPLIT_GAIN > best_whole.value(objective)):
+        if best_whole is None:
+            raise SolveError("no plan found")
+        if best_split is not None:
+            best_whole.plan.details["why"] += (
+                f"; the best split ({best_split.plan.method}, {best_split.execution['cpu_threads']} "
+                f"thread(s) per CPU device) promises {_promise(best_split, objective)} against "
+                f"{_promise(best_whole, objective)} whole: less than {MIN_SPLIT_GAIN}x")
+        return best_whole
+    return best_split
+
+
+def _promise(c, objective: str) -> str:
+    p = c.predicted
+    return f"{p['latency_ms']:.4g} ms" if objective == "latency" else \
+        f"{p['throughput_per_s']:.4g}/s"
+
+
+def _session_ready(prep: Prepared, plan: Plan) -> bool:
+    from .export import session_ready
+
+    providers, _ = device_providers(prep.workload, prep.cluster, prep.accelerator)
+    return session_ready(providers, set(plan.assignment.values()))
+
+
+def _predicted(cand) -> dict[str, Any]:
+    """What a split candidate promises in the runner's terms."""
+    from . import machine
+
+    w, plan = cand.workload, cand.plan
+    parts = None
+    if plan.pieces:
+        calls = runner_pieces(w, plan)
+        parts = len({(plan.assignment[i], p) for i, p in calls.items()})
+    pred = predict(w, plan, parts)
+    if cand.execution.get("run_as") == "session":
+        lat = machine.serial_latency(w, plan.assignment)
+        pred.update(latency_ms=lat, throughput_per_s=1e3 / lat, parts=1)
+    pred["from"] = "profile"
+    return pred
+
+
 def _whole_if_split_does_not_pay(workload, plan: Plan) -> Plan:
     """The model on its best single device when the split, runner overheads included, does
     not promise MIN_SPLIT_GAIN times the whole model in one session: throughput, or for a
@@ -247,12 +367,14 @@ def best_single_device(workload) -> dict[str, Any]:
 # ---------------------------------------------------------------------- export + verify
 
 
-def device_providers(workload, cluster, acc) -> tuple[dict[str, str], dict[str, int]]:
-    """Workload device name -> execution provider, and -> intra-op threads (a CPU core: 1)."""
+def device_providers(workload, cluster, acc, cpu_threads: int = 1
+                     ) -> tuple[dict[str, str], dict[str, int]]:
+    """Workload device name -> execution provider, and -> intra-op threads (a CPU device:
+    ``cpu_threads``, 0 for onnxruntime's default)."""
     providers, threads = {}, {}
     for d in workload.devices:
         if d.kind == "cpu":
-            providers[d.name], threads[d.name] = cluster.cpu.execution_provider, 1
+            providers[d.name], threads[d.name] = cluster.cpu.execution_provider, cpu_threads
         else:
             providers[d.name] = acc.execution_provider or f"{acc.name} (no execution provider)"
     return providers, threads
@@ -298,17 +420,28 @@ def read_plan_file(path: str | Path, graph, workload) -> Plan:
     if objective not in ("throughput", "latency"):
         raise SplitError(f"{path}: unknown objective '{objective}'")
     value = evaluate.score(workload, assignment, objective, pieces or None).value
+    details: dict[str, Any] = {"from": str(path)}
+    execution = (data.get("details") or {}).get("execution") if isinstance(data.get("details"), dict) else None
+    if isinstance(execution, dict):
+        details["execution"] = {k: execution[k] for k in ("cpu_threads", "optimization",
+                                                          "replicas", "run_as") if k in execution}
     return Plan(objective, "given", "feasible", value, assignment, pieces=pieces,
-                details={"from": str(path)})
+                details=details)
 
 
 def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = False,
                 verify: bool = True, quiet: bool = False, feeds=None,
-                pinned: Mapping[int, str] | None = None) -> dict[str, Any]:
+                pinned: Mapping[int, str] | None = None, candidate=None) -> dict[str, Any]:
+    """Export ``plan`` (scored on ``candidate.workload`` and run as ``candidate.execution``
+    where given) and check the parts against the original model."""
     from . import export as ex
+    from . import machine
     from .solve import evaluate
 
-    graph, workload = prep.graph, prep.workload
+    graph = prep.graph
+    workload = candidate.workload if candidate is not None else prep.workload
+    execution = dict(candidate.execution) if candidate is not None else \
+        dict(plan.details.get("execution") or {"cpu_threads": 1, "run_as": "pipeline"})
     if plan.value is None:
         why = "; ".join(plan.details.get("violations", [])[:1]) or plan.status
         raise SolveError(f"no placement found ({why})")
@@ -318,23 +451,41 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
         if not dev.startswith(kind):
             violations.append(f"operator '{graph.nodes[nid].name}' is pinned to {kind} but "
                               f"placed on {dev}")
-    providers, threads = device_providers(workload, prep.cluster, prep.accelerator)
+    providers, threads = device_providers(workload, prep.cluster, prep.accelerator,
+                                          execution.get("cpu_threads", 1))
     names = [n.name for n in graph.nodes]
     device_of = {names[i]: d for i, d in plan.assignment.items()}
     piece_of = _pieces_by_name(workload, plan, names)
-    predicted = predict(workload, plan, len({(device_of[n], (piece_of or {}).get(n, 0)) for n in names}))
+    if candidate is not None and candidate.predicted:
+        predicted = dict(candidate.predicted)
+    else:
+        predicted = predict(workload, plan, len({(device_of[n], (piece_of or {}).get(n, 0))
+                                                 for n in names}))
+    predicted["single_device"] = best_single_device(prep.workload)
+    if prep.accelerator is not None and not machine.accelerator_fits(prep.workload):
+        predicted["accelerator_memory"] = float(prep.workload.accelerator_memory)
+    plan.details["execution"] = execution
     t = time.perf_counter()
     _say(quiet, f"exporting parts to {out}")
     plan_obj = plan_file_json(plan, graph)
+    replicas = {d: execution.get("replicas", 1) for d in set(device_of.values())}
+    session = None
+    if execution.get("run_as") == "session":
+        session = {"threads": execution.get("cpu_threads", 0),
+                   "optimization": execution.get("optimization") or "all"}
     exported = ex.export(graph, device_of, out, providers=providers, piece_of=piece_of,
                          threads=threads, predicted=predicted,
                          plan={k: plan_obj[k] for k in ("objective", "method", "status", "value",
                                                         "lower_bound", "gap")},
-                         files={PLAN_FILE: json.dumps(plan_obj, indent=1) + "\n"}, force=force)
+                         files={PLAN_FILE: json.dumps(plan_obj, indent=1) + "\n"}, force=force,
+                         optimization=execution.get("optimization"), replicas=replicas,
+                         session=session)
     seconds = dict(prep.seconds, export=time.perf_counter() - t)
     result: dict[str, Any] = {
         "out": str(exported.out),
         "parts": [p.file for p in exported.parts],
+        "run_as": execution.get("run_as", "pipeline"),
+        "execution": execution,
         "plan": plan.to_json(),
         "predicted": predicted,
         "violations": violations,
@@ -355,6 +506,8 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
             shutil.rmtree(exported.out, ignore_errors=True)  # parts that cannot run are no result
             raise
         result["verify"] = checked["verify"]
+        if "assignment" in checked:
+            result["assignment"] = checked["assignment"]
         seconds["verify"] = time.perf_counter() - t
     result["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
     return result
@@ -420,12 +573,10 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
     t = time.perf_counter()
     _say(quiet, f"solving for {objective} ({prep.workload.n} operators, "
                 f"{prep.workload.num_accelerators} accelerators, {prep.workload.num_cpus} CPU cores)")
-    plan = choose_plan(pinned_workload, objective, method, time_limit)
-    if method == "auto" and not pinned:
-        plan = _whole_if_split_does_not_pay(pinned_workload, plan)
+    cand = choose(prep, pinned_workload, objective, method, time_limit, pinned=bool(pinned))
     prep.seconds["solve"] = time.perf_counter() - t
-    return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,
-                       pinned=pinned)
+    return write_parts(prep, cand.plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,
+                       pinned=pinned, candidate=cand)
 
 
 def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,

@@ -5,6 +5,7 @@ manifest, keep subgraph nodes whole, and fail cleanly."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -862,9 +863,17 @@ def test_run_parts_measures_and_checks(late_parts):
     r = run_parts(e.out, samples=3, warmup=1)
     assert r["verify"]["max_abs_error"] < ATOL and r["verify"]["worst_output"] in (None, "y")
     assert r["verify"]["ok"] and set(r["execution_providers"].values()) == {CPU}
-    for key in ("measured", "single_device"):
-        assert r[key]["latency_ms"] > 0 and r[key]["throughput_per_s"] > 0
-    assert (r["single_device"]["device"], r["single_device"]["execution_provider"]) == ("cpu0", CPU)
+    assert r["measured"]["latency_ms"] > 0 and r["measured"]["throughput_per_s"] > 0
+    # what users run instead, measured in the same run: the default session and copies
+    base = r["baselines"]
+    assert set(base) == {"ort_default_cpu", f"ort_replicas_cpu_{os.cpu_count()}x1"}
+    for name, b in base.items():
+        assert b["latency_ms"] > 0 and b["throughput_per_s"] > 0
+        ratio = r["ratios"][name]
+        assert ratio["throughput"] == pytest.approx(r["measured"]["throughput_per_s"] / b["throughput_per_s"])
+        assert ratio["latency"] == pytest.approx(b["latency_ms"] / r["measured"]["latency_ms"])
+    assert base["ort_default_cpu"]["threads"] == 0
+    assert base[f"ort_replicas_cpu_{os.cpu_count()}x1"]["replicas"] == os.cpu_count()
     # an explicit model path that is not there
     with pytest.raises(RunError, match="is not there"):
         run_parts(e.out, model=Path(e.out) / "nope.onnx", measure=False)

@@ -101,6 +101,8 @@ class Entry:
     settings: Mapping = field(default_factory=dict)
     measured_at: str = ""
     seconds: float = 0.0
+    # the whole model as users run onnxruntime, measured beside the nodes (calibrate.py)
+    as_run: Mapping = field(default_factory=dict)
 
     @property
     def hardware(self) -> str:
@@ -123,6 +125,7 @@ class Entry:
             "call_overhead_ms": self.call_overhead_ms,
             "node_overhead_ms": self.node_overhead_ms,
             "whole_model_ms": dict(self.whole_model_ms),
+            **({"as_run": dict(self.as_run)} if self.as_run else {}),
             "nodes": {name: t.to_json() for name, t in self.nodes.items()},
         }
 
@@ -144,6 +147,7 @@ class Entry:
                 settings=dict(d.get("settings") or {}),
                 measured_at=str(d.get("measured_at", "")),
                 seconds=float(d.get("seconds", 0.0)),
+                as_run=dict(d.get("as_run") or {}),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             what = f"missing field {e}" if isinstance(e, KeyError) else str(e)

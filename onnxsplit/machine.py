@@ -1,0 +1,147 @@
+"""Plans for the machine as onnxruntime runs it, not the paper's single-thread cores.
+
+The solvers optimise the paper's model; this module puts the machine into it and keeps
+what a user already has as a candidate, so that onnxsplit is never slower than not
+using it:
+
+- **Whole-model candidates** (:func:`whole_candidates`): onnxruntime's default session on
+  the CPU, copies of the model side by side (``cores // t`` sessions of ``t`` threads),
+  the default session on the accelerator where the model fits.  Their predictions are the
+  calibration's measurements (``calibrate``).
+- **Split candidates** (:func:`split_workloads`): the workload a CPU division gives the
+  solver.  A CPU device is ``t`` cores running one session with ``t`` intra-op threads
+  and all graph optimisations; node times are the profile's, scaled by the whole model's
+  measured time at ``t`` threads over its unoptimised single-thread time, and by how much
+  ``cores // t`` busy devices slow each other (the copies' calibration).  Accelerator
+  nodes are scaled by the EP's optimised over unoptimised time.  Throughput tries each
+  division of the cores (16 cores: 16x1, 8x2, ... 1x16); latency gives the CPU all cores
+  as one device.
+- **One session** (:func:`serial_latency`): a latency plan on one machine runs as ONE
+  onnxruntime session over the annotated model (nodes one after another, the CPU's on
+  all its threads), predicted as the sum of its node times and hand-offs.
+
+The paper's model (``onnxsplit solve`` on a workload) is untouched by all this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import calibrate as cal
+from .plan import Plan
+
+SESSION_CALL_MS = 0.05  # one onnxruntime session call's own cost (bind, hand back outputs)
+
+
+@dataclass
+class Candidate:
+    """A plan with the workload it was scored on, how it runs, and what it promises."""
+
+    plan: Plan
+    workload: Any
+    execution: dict[str, Any]  # cpu_threads, optimization, replicas, run_as
+    predicted: dict[str, Any] = field(default_factory=dict)
+
+    def value(self, objective: str) -> float:
+        """Lower is better: ms per sample (throughput) or ms (latency)."""
+        p = self.predicted
+        return 1e3 / p["throughput_per_s"] if objective == "throughput" else p["latency_ms"]
+
+
+def _whole_plan(workload, device: str, objective: str, why: str, value: float) -> Plan:
+    return Plan(objective, "whole", "feasible", value,
+                {int(i): device for i in workload.ids}, details={"why": why})
+
+
+def accelerator_fits(workload) -> bool:
+    return bool(workload.num_accelerators and workload.supported.all()
+                and workload.size.sum() <= workload.accelerator_memory)
+
+
+def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
+                     acc_rec: Mapping[str, Any] | None) -> list[Candidate]:
+    """The model kept whole, as onnxruntime runs it (see the module docstring)."""
+    out = []
+
+    def add(device: str, got: Mapping[str, Any], execution: dict[str, Any], what: str) -> None:
+        if not got or "error" in got or not got.get("throughput_per_s"):
+            return
+        pred = {"latency_ms": got["latency_ms"], "throughput_per_s": got["throughput_per_s"],
+                "parts": 1, "from": "calibration"}
+        value = pred["latency_ms"] if objective == "latency" else 1e3 / pred["throughput_per_s"]
+        out.append(Candidate(_whole_plan(workload, device, objective, what, value), workload,
+                             dict(execution, run_as="pipeline"), pred))
+
+    if workload.num_cpus:
+        add("cpu0", cpu_rec.get("default"), {"cpu_threads": 0, "optimization": "all",
+                                             "replicas": 1},
+            "onnxruntime's default session on the CPU")
+        if objective == "throughput":
+            for t, rep in (cpu_rec.get("replicas") or {}).items():
+                if int(t) <= workload.num_cpus and rep.get("copies", 1) > 1:
+                    add("cpu0", rep, {"cpu_threads": int(t), "optimization": rep["optimization"],
+                                      "replicas": rep["copies"]},
+                        f"{rep['copies']} copies of the model side by side, {t} thread(s) each")
+    if acc_rec and accelerator_fits(workload):
+        add("acc0", acc_rec.get("default"), {"cpu_threads": 0, "optimization": "all",
+                                             "replicas": 1},
+            "onnxruntime's default session on the accelerator")
+    return out
+
+
+def _factor(as_run_ms: float | None, unoptimised_ms: float | None) -> float:
+    if not as_run_ms or not unoptimised_ms:
+        return 1.0
+    return float(as_run_ms) / float(unoptimised_ms)
+
+
+def scaled(workload, *, cpu_factor: float, acc_factor: float, cpus: int):
+    """``workload`` with node times scaled per device kind and ``cpus`` CPU devices."""
+    nodes = tuple(replace(n, cpu_latency=n.cpu_latency * cpu_factor,
+                          acc_latency=n.acc_latency * acc_factor) for n in workload.nodes)
+    return replace(workload, nodes=nodes, num_cpus=cpus)
+
+
+def split_workloads(workload, objective: str, cpu_rec: Mapping[str, Any],
+                    acc_rec: Mapping[str, Any] | None, unoptimised: Mapping[str, float | None]
+                    ) -> list[tuple[Any, dict[str, Any]]]:
+    """(workload for the solver, execution) for each CPU division worth solving."""
+    acc_default = ((acc_rec or {}).get("default") or {}).get("latency_ms")
+    acc_factor = _factor(acc_default, unoptimised.get("acc"))
+    cores = min(workload.num_cpus, int(cpu_rec.get("cores") or workload.num_cpus))
+    out = []
+    counts = [cores] if objective == "latency" else cal.thread_counts(cores)
+    for t in counts:
+        cpus = max(cores // t, 1) if cores else 0
+        if not workload.num_accelerators and cpus <= 1:
+            continue  # one CPU device alone is the whole model: a whole candidate
+        lat = cal.latency_ms(cpu_rec, t)
+        if lat is None:
+            continue
+        squeeze = cal.contention(cpu_rec, t) if objective == "throughput" and cpus > 1 else 1.0
+        w = scaled(workload, cpu_factor=_factor(lat, unoptimised.get("cpu")) * squeeze,
+                   acc_factor=acc_factor, cpus=cpus)
+        out.append((w, {"cpu_threads": t, "optimization": cal.level_of(cpu_rec, t),
+                        "replicas": 1}))
+    return out
+
+
+def serial_latency(workload, assignment: Mapping[int, str]) -> float:
+    """One session running the plan: every node one after another on its device, each
+    tensor moved once to each other device that reads it, plus the call's own cost."""
+    from .solve import evaluate
+
+    dev = evaluate.device_array(workload, assignment)
+    is_acc = np.array([workload.devices[d].kind == "acc" for d in dev])
+    total = float(np.where(is_acc, workload.acc_latency, workload.cpu_latency).sum())
+    moved = set()
+    index = {int(i): k for k, i in enumerate(workload.ids)}
+    for e in workload.edges:
+        a, b = dev[index[e.source]], dev[index[e.dest]]
+        if a != b and (e.source, b) not in moved:
+            moved.add((e.source, b))
+            total += e.cost
+    return total + SESSION_CALL_MS
