@@ -352,8 +352,9 @@ def _run(args) -> int:
           f"over {v['outputs']} outputs" + ("" if v["ok"] else " -- ABOVE " + _tolerance_text(v)))
     if "assignment" in result:
         a = result["assignment"]
-        print(f"placement: onnxruntime put all {a['checked']} nodes it kept by name where the "
-              f"plan did ({a['fused']} fused under new names)")
+        print(f"placement: of {a['checked']} annotated nodes onnxruntime kept by name, "
+              f"{a['checked'] - a['elsewhere']} run where the plan put them, {a['elsewhere']} "
+              f"elsewhere ({a['fused']} fused under new names)")
     if "measured" not in result:
         return 1 if bad else 0
     rows = [("onnxsplit, measured", result["measured"]), ("onnxsplit, predicted", result["predicted"])]

@@ -50,6 +50,12 @@ VERIFY_TOLERANCE = 1e-4  # max abs error of parts that all run on the CPU (the o
 ACCELERATOR_REL_TOLERANCE = 1e-2
 
 
+# A session plan is refused when onnxruntime moves more than this share of the annotated
+# nodes elsewhere (a few moves are its own rules: the CUDA EP leaves shape computations on
+# the CPU); fewer are reported with the run
+MOVED_SHARE = 0.1
+
+
 class RunError(OnnxsplitError):
     """A part failed, or a parts folder cannot be loaded or run."""
 
@@ -177,6 +183,10 @@ class Parts:
             if len(eps) > 1 and providers[0] == eps[0]:
                 providers = list(dict.fromkeys(list(eps) + [CPU_EP]))
             so = session_options(threads, optimize=opt)
+            if threads != 1 and len(specs) > 1:
+                # a pipeline's sessions share the cores: an idle stage's intra-op threads
+                # must not spin on a core another stage needs
+                so.add_session_config_entry("session.intra_op.allow_spinning", "0")
             for k, v in (p.get("config") or {}).items():
                 so.add_session_config_entry(k, str(v))
             copies = []
@@ -254,8 +264,11 @@ class Parts:
         yield from _Pipeline(self, depth or self.default_depth(), timeout_s).run(samples)
 
     def default_depth(self) -> int:
-        """Samples in flight for throughput: two per worker."""
-        return 2 * sum(self.workers(d) for d in self.devices)
+        """Samples in flight for throughput: two per worker; one where a single worker runs
+        everything (a second in flight would only add the hand-offs' Python work, which
+        competes with the session's own threads for the cores)."""
+        workers = sum(self.workers(d) for d in self.devices)
+        return 1 if workers == 1 else 2 * workers
 
 
 def _session_spec(parts_dir: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
@@ -293,11 +306,12 @@ def _check_assignment(sess, parts_dir: Path, manifest: Mapping[str, Any]) -> dic
     got = {n.name: sg.ep_name for sg in info for n in sg.get_nodes()}
     checked = [n for n in want if n in got]
     wrong = [n for n in checked if got[n] != want[n]]
-    if wrong:
+    if len(wrong) > MOVED_SHARE * max(len(checked), 1):
         raise RunError(f"onnxruntime put {len(wrong)} of {len(checked)} annotated nodes on "
                        f"another device than the plan (first: '{wrong[0]}' on {got[wrong[0]]}, "
                        f"planned on {want[wrong[0]]})")
-    return {"checked": len(checked), "fused": len(want) - len(checked), "elsewhere": 0}
+    return {"checked": len(checked), "fused": len(want) - len(checked), "elsewhere": len(wrong),
+            "moved": {n: f"{want[n]} -> {got[n]}" for n in wrong[:10]}}
 
 
 class _Pipeline:
@@ -522,14 +536,17 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
             "samples": samples}
 
 
-def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int, warmup: int,
-              accelerators: Iterable[str] = (), capacity_kb: int | None = None
-              ) -> dict[str, dict[str, Any]]:
-    """What a user runs instead of onnxsplit, measured on ``feeds``: onnxruntime's default
-    session on the CPU (all graph optimisations, default threads); copies of the whole model
-    side by side, one single-thread session per core; on each accelerator EP, its default
-    session (onnxruntime puts what the EP cannot run on the CPU) and, with ``capacity_kb``,
-    its capacity-aware partitioning under that memory budget."""
+ROUNDS = 3  # measurements alternate between the plan and the baselines, medians kept
+
+
+def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = None
+                  ) -> dict[str, tuple[str, dict[str, Any]]]:
+    """What a user runs instead of onnxsplit, name -> (EP, how ``Parts.whole`` runs it):
+    onnxruntime's default session on the CPU (all graph optimisations, default threads);
+    copies of the whole model side by side, one single-thread session per core; on each
+    accelerator EP, its default session (onnxruntime puts what the EP cannot run on the
+    CPU) and, with ``capacity_kb``, its capacity-aware partitioning under that memory
+    budget, ad hoc and with the per-node memory statistics it collects first."""
     import os
 
     cores = os.cpu_count() or 1
@@ -541,20 +558,76 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
         short = ep.removesuffix("ExecutionProvider").lower()
         runs[f"ort_default_{short}"] = (ep, {"threads": 0})
         if capacity_kb is not None and ep == "CUDAExecutionProvider":
+            setting = f"{int(capacity_kb)},"
             runs[f"ort_capacity_{short}"] = (ep, {"threads": 0, "config": {
-                "session.resource_cuda_partitioning_settings": f"{int(capacity_kb)},"}})
+                "session.resource_cuda_partitioning_settings": setting}})
+            runs[f"ort_capacity_stats_{short}"] = (ep, {"threads": 0, "config": {
+                "session.resource_cuda_partitioning_settings": setting + "{stats}"}})
+    return runs
+
+
+def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int, warmup: int,
+              accelerators: Iterable[str] = (), capacity_kb: int | None = None,
+              plan: "Parts | None" = None, rounds: int = ROUNDS) -> dict[str, dict[str, Any]]:
+    """The baselines (:func:`baseline_runs`) measured on ``feeds``, and ``plan`` (as
+    ``"onnxsplit"``) alongside: every session is loaded first, then ``rounds`` rounds each
+    measure every one in turn, so a shared machine's slow minute hits all alike; the
+    medians over the rounds are kept."""
+    import tempfile
+
+    loaded: dict[str, Parts] = {}
     out: dict[str, dict[str, Any]] = {}
-    for name, (ep, how) in runs.items():
+    if plan is not None:
+        loaded["onnxsplit"] = plan
+    stats_dir = None
+    for name, (ep, how) in baseline_runs(accelerators, capacity_kb).items():
+        config = dict(how.get("config") or {})
         try:
-            whole = Parts.whole(model_path, ep, **how)
-            got = measure_pipeline(whole, feeds, samples, warmup)
+            for k, v in config.items():
+                if "{stats}" in v:
+                    stats_dir = stats_dir or tempfile.mkdtemp(prefix="onnxsplit-stats-")
+                    stats = Path(stats_dir) / "node_memory.csv"
+                    _collect_memory_stats(model_path, ep, feeds, stats)
+                    config[k] = v.replace("{stats}", str(stats))
+            loaded[name] = Parts.whole(model_path, ep, **dict(how, config=config))
         except RunError as e:
             out[name] = {"error": str(e)}
             continue
-        out[name] = dict(got, execution_provider=ep, threads=how["threads"],
-                         replicas=how.get("replicas", 1))
-        whole = None
+        out[name] = {"execution_provider": ep, "threads": how["threads"],
+                     "replicas": how.get("replicas", 1)}
+    got: dict[str, list[dict[str, float]]] = {name: [] for name in loaded}
+    per_round = max(5, samples // max(rounds, 1))
+    for _ in range(max(rounds, 1)):
+        for name, parts in loaded.items():
+            try:
+                got[name].append(measure_pipeline(parts, feeds, per_round, warmup))
+            except RunError as e:
+                out[name] = {"error": str(e)}
+    for name, runs in got.items():
+        if runs and "error" not in out.get(name, {}):
+            out.setdefault(name, {}).update(
+                latency_ms=float(np.median([r["latency_ms"] for r in runs])),
+                throughput_per_s=float(np.median([r["throughput_per_s"] for r in runs])),
+                samples=per_round * len(runs), rounds=len(runs))
+    if stats_dir is not None:
+        import shutil
+
+        shutil.rmtree(stats_dir, ignore_errors=True)
     return out
+
+
+def _collect_memory_stats(model_path: str | Path, ep: str, feeds: Mapping[str, Any],
+                          stats: Path) -> None:
+    """One run of the whole model that writes onnxruntime's per-node memory statistics."""
+    import onnxruntime as ort
+
+    so = session_options(0, optimize=True)
+    so.enable_mem_pattern = False
+    so.add_session_config_entry("session.collect_node_memory_stats_to_file", str(stats))
+    try:
+        ort.InferenceSession(str(model_path), so, providers=_providers(ep)).run(None, dict(feeds))
+    except Exception as e:
+        raise RunError(f"collecting memory statistics failed: {' '.join(str(e).split())[:200]}") from None
 
 
 def _ratios(measured: Mapping[str, Any], base: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -602,17 +675,17 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
     }
     if parts.assignment is not None:
         result["assignment"] = parts.assignment
-    if measure:
+    if measure and not compare:
         result["measured"] = measure_pipeline(parts, feeds, samples, warmup)
+    elif measure:
         accelerators = [ep for ep in parts.execution_providers if ep != CPU_EP]
-        parts = None  # its sessions' memory goes before the baselines load theirs
-        if compare:
-            budget = (result["predicted"] or {}).get("accelerator_memory")
-            base = baselines(model_path, feeds, samples=samples, warmup=warmup,
-                             accelerators=accelerators,
-                             capacity_kb=int(budget / 1024) if budget else None)
-            result["baselines"] = base
-            result["ratios"] = _ratios(result["measured"], base)
+        budget = (result["predicted"] or {}).get("accelerator_memory")
+        base = baselines(model_path, feeds, samples=samples, warmup=warmup,
+                         accelerators=accelerators,
+                         capacity_kb=int(budget / 1024) if budget else None, plan=parts)
+        result["measured"] = base.pop("onnxsplit")
+        result["baselines"] = base
+        result["ratios"] = _ratios(result["measured"], base)
         pred = result["predicted"] or {}
         if pred.get("throughput_per_s") and pred.get("latency_ms"):
             m = result["measured"]

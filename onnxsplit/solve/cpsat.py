@@ -62,6 +62,14 @@ def solve_latency_cp(w: Workload, *, time_limit: float = 10.0, gap: float = 1e-4
         _Worker.give_back(worker)  # (one that was given up is never taken again)
 
 
+def available() -> bool:
+    """Whether OR-Tools is installed (a machine with only the core packages may lack it:
+    the latency IP then goes without the bound this module gives)."""
+    import importlib.util
+
+    return importlib.util.find_spec("ortools") is not None
+
+
 def _solve_here(w: Workload, *, time_limit: float, gap: float, warm_start: dict[int, str] | None,
                 workers: int) -> Plan:
     """The model, built and solved in this process (a worker's: see the module docstring)."""

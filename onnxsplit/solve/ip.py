@@ -612,7 +612,9 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     # the bound composed along cut vertices sees parallel branches competing for the
     # accelerators, which neither the path bound nor the program's relaxation does: where
     # it applies, it gets SERIES_BOUND_SHARE of the time left, before the program is built
-    parts = block_parts(w) if series_bound and pieces == 1 else None
+    from .cpsat import available as cp_sat_available
+
+    parts = block_parts(w) if series_bound and pieces == 1 and cp_sat_available() else None
     if parts:
         left = time_limit - (time.perf_counter() - start_time)
         composed = series_lower_bound(w, time.perf_counter() + SERIES_BOUND_SHARE * left, ub * (1 - gap), parts)

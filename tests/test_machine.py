@@ -1,0 +1,171 @@
+"""The machine as users run onnxruntime: whole-model candidates, CPU divisions, one-session
+plans, copies side by side -- each checked against an independent computation."""
+
+from __future__ import annotations
+
+import json
+import os
+from itertools import product
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from onnx_models import mlp
+from workloads import diamond, edge, node, workload
+from onnxsplit import calibrate as cal
+from onnxsplit import machine
+from onnxsplit.export import SESSION_FILE, export
+from onnxsplit.graph import OpGraph
+from onnxsplit.runner import Parts, RunError, run_parts
+from onnxsplit.workload import Workload
+
+CPU = "CPUExecutionProvider"
+
+
+def original(model, feeds):
+    sess = ort.InferenceSession(str(model), providers=[CPU])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def test_thread_counts():
+    assert cal.thread_counts(1) == [1]
+    assert cal.thread_counts(2) == [1, 2]
+    assert cal.thread_counts(16) == [1, 2, 4, 8, 16]
+    assert cal.thread_counts(12) == [1, 2, 4, 8, 12]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_serial_latency_is_every_node_plus_each_tensor_once_per_reading_device(seed):
+    """Brute force: a session runs nodes one after another; a tensor crossing to another
+    device is paid once per (producer, reading device), however many nodes read it."""
+    rng = np.random.default_rng(seed)
+    n = 6
+    nodes = [node(i, float(rng.uniform(1, 9)), float(rng.uniform(0.1, 2))) for i in range(n)]
+    cost = rng.uniform(0, 1, n)  # a cost belongs to its source's tensor
+    edges = [edge(i, j, float(cost[i])) for i, j in product(range(n), range(n))
+             if i < j and rng.random() < 0.5]
+    w = Workload.from_paper_json(workload(nodes, edges, k=1, l=1))
+    for bits in range(2 ** n):
+        a = {i: ("acc0" if bits >> i & 1 else "cpu0") for i in range(n)}
+        want = sum(w.nodes[i].acc_latency if a[i] == "acc0" else w.nodes[i].cpu_latency
+                   for i in range(n))
+        paid = {(e.source, a[e.dest]): e.cost for e in w.edges if a[e.source] != a[e.dest]}
+        want += sum(paid.values()) + machine.SESSION_CALL_MS
+        assert machine.serial_latency(w, a) == pytest.approx(want)
+
+
+def record(default_ms, threads_ms, replicas):
+    """A CPU calibration record: thread count -> latency; t -> (copies, throughput)."""
+    return {"cores": max(threads_ms), "default": {"latency_ms": default_ms,
+                                                  "throughput_per_s": 1e3 / default_ms},
+            "threads": {str(t): {"all": ms} for t, ms in threads_ms.items()},
+            "replicas": {str(t): {"copies": c, "throughput_per_s": x, "latency_ms": threads_ms[t],
+                                  "optimization": "all"} for t, (c, x) in replicas.items()}}
+
+
+def test_whole_candidates_take_the_measured_figures():
+    w = Workload.from_paper_json(diamond(k=0, l=2))
+    rec = record(6.0, {1: 10.0, 2: 6.0}, {1: (2, 180.0)})
+    got = {c.plan.details["why"]: c for c in machine.whole_candidates(w, "throughput", rec, None)}
+    assert len(got) == 2
+    best = max(got.values(), key=lambda c: c.predicted["throughput_per_s"])
+    assert best.execution == {"cpu_threads": 1, "optimization": "all", "replicas": 2,
+                              "run_as": "pipeline"}
+    assert best.predicted["throughput_per_s"] == 180.0
+    assert set(best.plan.assignment.values()) == {"cpu0"}
+    lat = machine.whole_candidates(w, "latency", rec, None)
+    assert [c.predicted["latency_ms"] for c in lat] == [6.0]  # copies do not cut latency
+    # the accelerator's session only where the model fits it
+    acc = {"default": {"latency_ms": 1.0, "throughput_per_s": 1e3}}
+    assert len(machine.whole_candidates(Workload.from_paper_json(diamond(k=1, l=2)),
+                                        "latency", rec, acc)) == 2
+    small = Workload.from_paper_json(diamond(k=1, l=2, mem=1.0))
+    for n in small.nodes:
+        object.__setattr__(n, "size", 1.0)
+    small = Workload(small.nodes, small.edges, 1, 2, 1.0)
+    assert len(machine.whole_candidates(small, "latency", rec, acc)) == 1
+
+
+def test_cpu_divisions_scale_by_measured_threads_and_contention():
+    w = Workload.from_paper_json(diamond(k=0, l=4))
+    unopt = float(w.cpu_latency.sum())  # 100
+    rec = record(30.0, {1: 50.0, 2: 30.0, 4: 20.0}, {1: (4, 40.0), 2: (2, 50.0)})
+    got = machine.split_workloads(w, "throughput", rec, None, {"cpu": unopt})
+    # 4 single-thread devices and 2 of two threads; one device of 4 is the whole model
+    assert [(x.num_cpus, ex["cpu_threads"]) for x, ex in got] == [(4, 1), (2, 2)]
+    w1, w2 = got[0][0], got[1][0]
+    # 1 thread: 50 ms alone, 4 copies at 40/s = 100 ms each: contention 2
+    assert w1.cpu_latency.sum() == pytest.approx(unopt * 0.5 * 2.0)
+    # 2 threads: 30 ms alone, 2 copies at 50/s = 40 ms each: contention 4/3
+    assert w2.cpu_latency.sum() == pytest.approx(unopt * 0.3 * 40 / 30)
+    lat = machine.split_workloads(Workload.from_paper_json(diamond(k=1, l=4)), "latency", rec,
+                                  None, {"cpu": unopt})
+    assert [(x.num_cpus, ex["cpu_threads"]) for x, ex in lat] == [(1, 4)]
+    assert lat[0][0].cpu_latency.sum() == pytest.approx(unopt * 0.2)
+
+
+def test_copies_side_by_side_compute_what_the_model_does(tmp_path):
+    model = mlp(tmp_path / "m.onnx", layers=3, batch=4, width=32)
+    parts = Parts.whole(model, threads=1, replicas=2)
+    assert parts.workers("whole") == 2 and parts.default_depth() == 4
+    xs = [{"x": np.full((4, 32), i / 7, np.float32)} for i in range(8)]
+    for x, y in zip(xs, parts.stream(xs)):
+        want = original(model, x)
+        for k, v in want.items():
+            np.testing.assert_allclose(y[k], v, rtol=1e-6)
+
+
+def test_one_session_runs_the_annotated_plan(tmp_path):
+    model = mlp(tmp_path / "m.onnx", layers=3, batch=4, width=32)
+    g = OpGraph.from_onnx(model)
+    out = tmp_path / "p"
+    export(g, {n.name: "cpu0" for n in g.nodes}, out, providers={"cpu0": CPU},
+           threads={"cpu0": 0}, session={"threads": 0})
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["run_as"] == "session"
+    spec = json.loads((out / SESSION_FILE).read_text())
+    assert spec["config"]["session.layer_assignment_settings"] == "cpu(=cpu_part)"
+    parts = Parts(out)
+    a = parts.assignment  # with all optimisations, MatMul+Add are fused under new names
+    assert a["checked"] >= 1 and a["checked"] + a["fused"] == len(g.nodes)
+    assert a["elsewhere"] == 0 and a["moved"] == {}
+    r = run_parts(out, measure=False)
+    assert r["verify"]["ok"] and r["verify"]["max_abs_error"] == 0.0
+    # a plan onnxruntime did not follow is refused: say every node was meant for CUDA
+    spec["node_providers"] = {n: "CUDAExecutionProvider" for n in spec["node_providers"]}
+    (out / SESSION_FILE).write_text(json.dumps(spec))
+    with pytest.raises(RunError, match="another device than the plan"):
+        Parts(out)
+
+
+def test_a_nan_the_original_lacks_fails_the_check():
+    from onnxsplit.runner import compare_outputs
+
+    want = {"y": np.array([1.0, 2.0, np.nan], np.float32)}
+    assert compare_outputs({"y": np.array([1.0, 2.0, np.nan], np.float32)}, want)["max_abs_error"] == 0
+    bad = compare_outputs({"y": np.array([np.nan, 2.0, np.nan], np.float32)}, want)
+    assert bad["max_abs_error"] == float("inf")
+    assert compare_outputs({"y": np.array([1.0, np.inf, np.nan], np.float32)},
+                           want)["max_abs_error"] == float("inf")
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="copies need two cores")
+def test_main_command_is_never_the_slower_of_its_own_candidates(tmp_path, monkeypatch):
+    """The written plan is the best of the candidates it weighed (or a split promising
+    1.1x the best whole one): its prediction against the calibration in the cache."""
+    from onnxsplit.workflow import MIN_SPLIT_GAIN, split
+
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=4, batch=16, width=128)
+    res = split(model, tmp_path / "p", quiet=True)
+    cache = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())
+    rec = cache["entries"][0]["as_run"]
+    best = max([rec["default"]["throughput_per_s"]] +
+               [r["throughput_per_s"] for r in rec["replicas"].values()])
+    got = res["predicted"]["throughput_per_s"]
+    assert got == pytest.approx(best) or got >= MIN_SPLIT_GAIN * best
+    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    ex = res["execution"]
+    assert all(p["threads"] == ex["cpu_threads"] and p["replicas"] == ex["replicas"]
+               for p in manifest["parts"])

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""onnxsplit against what users run today, one table per machine: per model and objective,
+onnxsplit measured and predicted, onnxruntime's default session, copies of the whole model
+side by side (one single-thread session per core), and where an accelerator is present its
+default session and capacity-aware partitioning -- all measured in the same run, on the
+same inputs, by ``onnxsplit run --json``.
+
+    python tools/bench_vs_ort.py MODEL.onnx:SHAPES [...] [--objective throughput,latency]
+        [--devices CLUSTER.json] [--samples N] [--json OUT.json]
+
+SHAPES is ``name=1x128,name2=1x128`` (empty for static models).  Each model is split with
+the main command's defaults (``onnxsplit MODEL --out TMP``, the profile cached as usual)
+and then measured with ``onnxsplit run TMP --json``.  Columns: ``plan`` (method, how it
+runs, parts), ``meas``/``pred`` (throughput in samples/s for the throughput objective,
+latency in ms for the latency objective), ``err`` (measured over predicted, -1),
+``ort`` (onnxruntime's default session on the CPU), ``copies`` (one single-thread copy per
+core), ``acc`` (the accelerator's default session), ``cap`` (capacity-aware partitioning,
+the better of ad hoc and with memory statistics), and ``x ...`` the ratios (above 1:
+onnxsplit is faster).  Exits 1 if a check failed.
+
+Held-out models: ``python tools/build_heldout.py /tmp/ho`` builds ViT-S, GPT-2 (6 layers),
+T5-small's encoder and ResNet-50 (random weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def _onnxsplit(*args: str) -> tuple[int, dict | None, str]:
+    p = subprocess.run([sys.executable, "-m", "onnxsplit", *args], capture_output=True, text=True)
+    try:
+        return p.returncode, json.loads(p.stdout), p.stderr
+    except json.JSONDecodeError:
+        return p.returncode, None, p.stderr.strip().splitlines()[-1:] and p.stderr.strip().splitlines()[-1]
+
+
+def _metric(r: dict | None, objective: str) -> float | None:
+    if not r or "error" in r:
+        return None
+    return r["throughput_per_s"] if objective == "throughput" else r["latency_ms"]
+
+
+def _better(a: float | None, b: float | None, objective: str) -> float | None:
+    """onnxsplit's a against baseline b: above 1 when onnxsplit is faster."""
+    if a is None or b is None:
+        return None
+    return a / b if objective == "throughput" else b / a
+
+
+def bench(model: str, shapes: str, objective: str, devices: str | None, samples: int,
+          time_limit: float) -> dict:
+    args = [model]
+    for s in filter(None, shapes.split(",")):
+        args += ["--input-shape", s]
+    if devices:
+        args += ["--devices", devices]
+    with tempfile.TemporaryDirectory(prefix="bench_vs_ort.") as tmp:
+        out = str(Path(tmp) / "parts")
+        code, split, err = _onnxsplit(*args, "--out", out, "--objective", objective,
+                                      "--time-limit", str(time_limit), "--json")
+        if split is None:
+            return {"model": model, "objective": objective, "error": f"split failed: {err}"}
+        code_run, run, err = _onnxsplit("run", out, "--json", "--samples", str(samples))
+        if run is None:
+            return {"model": model, "objective": objective, "error": f"run failed: {err}"}
+    base = run.get("baselines") or {}
+    cap = [b for k, b in base.items() if k.startswith("ort_capacity")]
+    rows = {
+        "ort": next((b for k, b in base.items() if k == "ort_default_cpu"), None),
+        "copies": next((b for k, b in base.items() if k.startswith("ort_replicas_cpu")), None),
+        "acc": next((b for k, b in base.items() if k.startswith("ort_default_")
+                     and k != "ort_default_cpu"), None),
+        "cap": (min if objective == "latency" else max)(
+            (b for b in cap if "error" not in b), key=lambda b: _metric(b, objective),
+            default=None),
+    }
+    meas = _metric(run["measured"], objective)
+    pred = _metric(run["predicted"], objective)
+    plan = split["plan"]
+    return {
+        "model": Path(model).stem, "objective": objective,
+        "plan": f"{plan['method']}/{split['run_as']}/{len(split['parts'])}p "
+                f"t{split['execution'].get('cpu_threads')}x{split['execution'].get('replicas', 1)}",
+        "measured": meas, "predicted": pred,
+        "error": None if code_run == 0 and code == 0 else "check failed",
+        "prediction_error": meas / pred - 1 if meas and pred else None,
+        "baselines": {k: _metric(v, objective) for k, v in rows.items()},
+        "ratios": {k: _better(meas, _metric(v, objective), objective) for k, v in rows.items()},
+        "split": split, "run": run,
+    }
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="+", metavar="MODEL.onnx:SHAPES")
+    ap.add_argument("--objective", default="throughput,latency")
+    ap.add_argument("--devices", metavar="CLUSTER.json")
+    ap.add_argument("--samples", type=int, default=100)
+    ap.add_argument("--time-limit", type=float, default=30.0)
+    ap.add_argument("--json", metavar="OUT.json", help="also write every result here")
+    args = ap.parse_args(argv)
+    results = []
+    head = (f"{'model':<12} {'objective':<10} {'plan':<26} {'meas':>8} {'pred':>8} {'err':>6} "
+            f"{'ort':>8} {'copies':>8} {'acc':>8} {'cap':>8}  {'x ort':>6} {'x copies':>8} "
+            f"{'x acc':>6} {'x cap':>6}")
+    print(head, flush=True)
+    for spec in args.models:
+        model, _, shapes = spec.partition(":")
+        for objective in args.objective.split(","):
+            r = bench(model, shapes, objective, args.devices, args.samples, args.time_limit)
+            results.append(r)
+            if "plan" not in r:
+                print(f"{Path(model).stem:<12} {objective:<10} {r['error']}", flush=True)
+                continue
+            fmt = ".1f" if objective == "throughput" else ".2f"
+            b, x = r["baselines"], r["ratios"]
+            print(f"{r['model']:<12} {objective:<10} {r['plan']:<26} {_f(r['measured'], fmt):>8} "
+                  f"{_f(r['predicted'], fmt):>8} {_f(r['prediction_error'], '+.0%'):>6} "
+                  f"{_f(b['ort'], fmt):>8} {_f(b['copies'], fmt):>8} {_f(b['acc'], fmt):>8} "
+                  f"{_f(b['cap'], fmt):>8}  {_f(x['ort'], '.2f'):>6} {_f(x['copies'], '.2f'):>8} "
+                  f"{_f(x['acc'], '.2f'):>6} {_f(x['cap'], '.2f'):>6}"
+                  + (f"  {r['error']}" if r["error"] else ""), flush=True)
+    print("throughput in samples/s, latency in ms; x: onnxsplit over the baseline (above 1: "
+          "onnxsplit is faster); err: measured over predicted")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    return 1 if any(r.get("error") for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
