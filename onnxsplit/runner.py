@@ -515,9 +515,21 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
     """Single-stream latency: with one sample in flight, the median time between finishes
     (each sample enters as the one before leaves).  Throughput: ``depth`` samples in
     flight (two per worker), steady state, from the first to the last finish after
-    warm-up."""
+    warm-up.  Where one worker runs everything (a model kept whole, a plan in one
+    session), samples are run one after another in the calling thread, as a user's own
+    loop over ``session.run`` would: no hand-offs between threads."""
     for _ in range(warmup):
         parts.run(feeds)
+    if parts.default_depth() == 1 and depth in (None, 1):
+        clock = time.perf_counter
+        t = [clock()]
+        for _ in range(samples):
+            parts.run(feeds)
+            t.append(clock())
+        one = np.diff(t)
+        return {"latency_ms": float(np.median(one)) * 1e3,
+                "throughput_per_s": samples / (t[-1] - t[0]) if t[-1] > t[0] else float("inf"),
+                "samples": samples}
 
     def finishes(n: int, d: int) -> list[float]:
         t = [time.perf_counter()]
