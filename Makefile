@@ -17,7 +17,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 demo: $(VENV)/.installed
 	$(BIN)/onnxsplit $(DEMO_MODEL) $(DEMO_SHAPES) --out $(VENV)/demo_parts --force
 	@echo
-	@echo "The parts as a pipeline, measured against the whole model:"
+	@echo "The result, measured beside onnxruntime's own sessions on the same inputs:"
 	$(BIN)/onnxsplit run $(VENV)/demo_parts --samples 200
 
 test: $(VENV)/.installed

@@ -42,60 +42,92 @@ def thread_counts(cores: int) -> list[int]:
     return out + [max(cores, 1)]
 
 
-def _timed(parts, feeds: Mapping[str, Any]) -> dict[str, float]:
-    import time
-
-    from .runner import measure_pipeline
-
-    t = time.perf_counter()
-    parts.run(feeds)
-    parts.run(feeds)
-    once = max((time.perf_counter() - t) / 2, 1e-6)
-    samples = int(min(MAX_SAMPLES, max(MIN_SAMPLES, TARGET_S / once)))
-    got = measure_pipeline(parts, feeds, samples, warmup=2)
-    return {"latency_ms": round(got["latency_ms"], 6),
-            "throughput_per_s": round(got["throughput_per_s"], 4), "samples": samples}
-
-
 def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, cores: int | None = None,
               model_bytes: float = 0.0, host_memory: float | None = None) -> dict[str, Any]:
-    """The ``as_run`` record of ``ep`` (see the module docstring).  ``model_bytes`` (weights
-    and activations of one copy) bounds the copies: memory is estimated before any is
-    loaded."""
-    from .runner import Parts, RunError
+    """The ``as_run`` record of ``ep`` (see the module docstring).  Every configuration is
+    loaded first and measured in rounds, in turn (``runner.measure_rounds``), where all
+    copies fit MEMORY_SHARE of the host's memory (``model_bytes``: weights and activations
+    of one copy; memory is estimated before any is loaded); else one at a time."""
+    import time
 
-    def run(**how) -> dict[str, Any]:
-        try:
-            return _timed(Parts.whole(model_path, ep, **how), feeds)
-        except RunError as e:
-            return {"error": str(e)}
+    from .runner import Parts, RunError, measure_rounds
 
-    record: dict[str, Any] = {"default": run(threads=0)}
-    if ep != CPU_EP:
-        return record
     cores = cores or os.cpu_count() or 1
     if host_memory is None:
         from .profile.devices import host_memory_bytes
 
         host_memory = float(host_memory_bytes())
-    counts = thread_counts(cores)
+    budget = MEMORY_SHARE * host_memory
+    configs: dict[str, dict[str, Any]] = {"default": {"threads": 0}}
+    if ep == CPU_EP:
+        for t in thread_counts(cores):
+            configs[f"t{t}"] = {"threads": t}
+            if t == 1:
+                configs["t1_disabled"] = {"threads": 1, "optimization": "disabled"}
+    copies_of = {name: how.get("replicas", 1) for name, how in configs.items()}
+
+    def load(how) -> "Parts | dict":
+        try:
+            return Parts.whole(model_path, ep, **how)
+        except RunError as e:
+            return {"error": str(e)}
+
+    def measure(named: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Measure what loaded; the first runs of each say how many samples fill TARGET_S."""
+        loaded = {k: v for k, v in named.items() if isinstance(v, Parts)}
+        out = {k: v for k, v in named.items() if not isinstance(v, Parts)}
+        if loaded:
+            t = time.perf_counter()
+            for p in loaded.values():
+                p.run(feeds)
+            once = max((time.perf_counter() - t) / len(loaded), 1e-6)
+            samples = int(min(MAX_SAMPLES, max(MIN_SAMPLES, TARGET_S / once)))
+            out.update(measure_rounds(loaded, feeds, samples, warmup=1))
+        return out
+
+    results: dict[str, dict[str, Any]] = {}
+    if sum(copies_of.values()) * model_bytes <= budget:
+        results = measure({k: load(how) for k, how in configs.items()})
+    else:
+        for k, how in configs.items():
+            results.update(measure({k: load(how)}))
+    record: dict[str, Any] = {"default": _rounded(results["default"])}
+    if ep != CPU_EP:
+        return record
     record["cores"] = cores
     record["threads"] = {}
     record["replicas"] = {}
-    for t in counts:
-        lat = {"all": run(threads=t)}
+    copies_runs: dict[str, dict[str, Any]] = {}
+    for t in thread_counts(cores):
+        lat = {"all": results.get(f"t{t}", {})}
         if t == 1:
-            lat["disabled"] = run(threads=1, optimization="disabled")
+            lat["disabled"] = results.get("t1_disabled", {})
         record["threads"][str(t)] = {k: v.get("latency_ms") for k, v in lat.items()}
-        copies = cores // t
-        level = min((k for k in lat if "error" not in lat[k]),
+        level = min((k for k in lat if lat[k].get("latency_ms")),
                     key=lambda k: lat[k]["latency_ms"], default="all")
-        if copies > 1 and copies * model_bytes <= MEMORY_SHARE * host_memory:
-            got = run(threads=t, optimization=level, replicas=copies)
-            record["replicas"][str(t)] = dict(got, copies=copies, optimization=level)
-        elif copies == 1:
-            record["replicas"][str(t)] = dict(lat[level], copies=1, optimization=level)
+        copies = cores // t
+        if copies == 1:
+            record["replicas"][str(t)] = dict(_rounded(lat[level]), copies=1, optimization=level)
+        elif copies * model_bytes <= budget:
+            copies_runs[str(t)] = {"threads": t, "optimization": level, "replicas": copies}
+    # copies side by side: measured after the single sessions are gone (their memory too)
+    results = None
+    if copies_runs:
+        fit = sum(how["replicas"] for how in copies_runs.values()) * model_bytes <= budget
+        got: dict[str, dict[str, Any]] = {}
+        if fit:
+            got = measure({t: load(how) for t, how in copies_runs.items()})
+        else:
+            for t, how in copies_runs.items():
+                got.update(measure({t: load(how)}))
+        for t, how in copies_runs.items():
+            record["replicas"][t] = dict(_rounded(got[t]), copies=how["replicas"],
+                                         optimization=how["optimization"])
     return record
+
+
+def _rounded(got: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in got.items()}
 
 
 def level_of(record: Mapping[str, Any], threads: int) -> str:

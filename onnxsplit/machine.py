@@ -5,8 +5,10 @@ what a user already has as a candidate, so that onnxsplit is never slower than n
 using it:
 
 - **Whole-model candidates** (:func:`whole_candidates`): onnxruntime's default session on
-  the CPU, copies of the model side by side (``cores // t`` sessions of ``t`` threads),
-  the default session on the accelerator where the model fits.  Their predictions are the
+  the CPU, one session with every core as an explicit intra-op thread (onnxruntime's own
+  default pins its threads, which a shared machine can make slower), copies of the model
+  side by side (``cores // t`` sessions of ``t`` threads), the default session on the
+  accelerator where the model fits.  Their predictions are the
   calibration's measurements (``calibrate``).
 - **Split candidates** (:func:`split_workloads`): the workload a CPU division gives the
   solver.  A CPU device is ``t`` cores running one session with ``t`` intra-op threads
@@ -79,12 +81,14 @@ def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
         add("cpu0", cpu_rec.get("default"), {"cpu_threads": 0, "optimization": "all",
                                              "replicas": 1},
             "onnxruntime's default session on the CPU")
-        if objective == "throughput":
-            for t, rep in (cpu_rec.get("replicas") or {}).items():
-                if int(t) <= workload.num_cpus and rep.get("copies", 1) > 1:
-                    add("cpu0", rep, {"cpu_threads": int(t), "optimization": rep["optimization"],
-                                      "replicas": rep["copies"]},
-                        f"{rep['copies']} copies of the model side by side, {t} thread(s) each")
+        for t, rep in (cpu_rec.get("replicas") or {}).items():
+            copies = rep.get("copies", 1)
+            if int(t) * copies > workload.num_cpus or (copies > 1 and objective == "latency"):
+                continue  # more cores than the cluster has; copies do not cut latency
+            what = (f"{copies} copies of the model side by side, {t} thread(s) each" if copies > 1
+                    else f"one onnxruntime session with {t} intra-op threads")
+            add("cpu0", rep, {"cpu_threads": int(t), "optimization": rep["optimization"],
+                              "replicas": copies}, what)
     if acc_rec and accelerator_fits(workload):
         add("acc0", acc_rec.get("default"), {"cpu_threads": 0, "optimization": "all",
                                              "replicas": 1},

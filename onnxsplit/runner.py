@@ -607,24 +607,38 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
             continue
         out[name] = {"execution_provider": ep, "threads": how["threads"],
                      "replicas": how.get("replicas", 1)}
+    for name, got in measure_rounds(loaded, feeds, samples, warmup, rounds).items():
+        if "error" in got:
+            out[name] = got
+        elif "error" not in out.get(name, {}):
+            out.setdefault(name, {}).update(got)
+    if stats_dir is not None:
+        import shutil
+
+        shutil.rmtree(stats_dir, ignore_errors=True)
+    return out
+
+
+def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], samples: int,
+                   warmup: int, rounds: int = ROUNDS) -> dict[str, dict[str, Any]]:
+    """Each of ``loaded`` measured in ``rounds`` rounds, all in turn each round (a shared
+    machine's slow minute then hits all alike): medians over the rounds, or the error."""
     got: dict[str, list[dict[str, float]]] = {name: [] for name in loaded}
+    out: dict[str, dict[str, Any]] = {}
     per_round = max(5, samples // max(rounds, 1))
     for _ in range(max(rounds, 1)):
         for name, parts in loaded.items():
+            if name in out:
+                continue
             try:
                 got[name].append(measure_pipeline(parts, feeds, per_round, warmup))
             except RunError as e:
                 out[name] = {"error": str(e)}
     for name, runs in got.items():
-        if runs and "error" not in out.get(name, {}):
-            out.setdefault(name, {}).update(
-                latency_ms=float(np.median([r["latency_ms"] for r in runs])),
-                throughput_per_s=float(np.median([r["throughput_per_s"] for r in runs])),
-                samples=per_round * len(runs), rounds=len(runs))
-    if stats_dir is not None:
-        import shutil
-
-        shutil.rmtree(stats_dir, ignore_errors=True)
+        if runs and name not in out:
+            out[name] = {"latency_ms": float(np.median([r["latency_ms"] for r in runs])),
+                         "throughput_per_s": float(np.median([r["throughput_per_s"] for r in runs])),
+                         "samples": per_round * len(runs), "rounds": len(runs)}
     return out
 
 
