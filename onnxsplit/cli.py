@@ -316,7 +316,12 @@ def _print_split(result: dict, as_json: bool) -> int:
     tput = pred["throughput_per_s"]
     print(f"predicted: {tput:.1f} samples/s pipelined ({1e3 / tput:.2f} ms per sample), "
           f"latency {pred['latency_ms']:.2f} ms")
-    if single.get("throughput_per_s") and len(result["parts"]) > 1:
+    weighed = plan["details"].get("candidates") or []
+    if weighed:
+        print("weighed (predicted, best first):")
+        for c in weighed[:6]:
+            print(f"  {c['throughput_per_s']:>10.1f}/s {c['latency_ms']:>9.2f} ms  {c['what'].split(';')[0]}")
+    elif single.get("throughput_per_s") and len(result["parts"]) > 1:
         print(f"best single device ({single['device']}): {single['throughput_per_s']:.1f} samples/s, "
               f"latency {single['latency_ms']:.2f} ms; the plan: {tput / single['throughput_per_s']:.2f}x "
               "the throughput")
@@ -327,7 +332,7 @@ def _print_split(result: dict, as_json: bool) -> int:
               f"{verify['max_rel_error']:.2g} over {verify['outputs']} outputs"
               + ("" if not bad else " -- ABOVE " + _tolerance_text(verify)))
     print(f"wrote {result['out']}: {' '.join(result['parts'])} manifest.json plan.json")
-    print(f"next: onnxsplit run {result['out']}   (pipeline throughput, measured)")
+    print(f"next: onnxsplit run {result['out']}   (measured beside onnxruntime's own sessions)")
     return 1 if bad else 0
 
 

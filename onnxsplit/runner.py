@@ -621,13 +621,16 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
 
 def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], samples: int,
                    warmup: int, rounds: int = ROUNDS) -> dict[str, dict[str, Any]]:
-    """Each of ``loaded`` measured in ``rounds`` rounds, all in turn each round (a shared
-    machine's slow minute then hits all alike): medians over the rounds, or the error."""
+    """Each of ``loaded`` measured in ``rounds`` rounds, all in turn each round, the order
+    rotated (a shared machine's slow minute then hits all alike, and none always runs
+    right after the copies): medians over the rounds, or the error."""
     got: dict[str, list[dict[str, float]]] = {name: [] for name in loaded}
     out: dict[str, dict[str, Any]] = {}
     per_round = max(5, samples // max(rounds, 1))
-    for _ in range(max(rounds, 1)):
-        for name, parts in loaded.items():
+    names = list(loaded)
+    for r in range(max(rounds, 1)):
+        for name in names[r % len(names):] + names[:r % len(names)]:  # each goes first once
+            parts = loaded[name]
             if name in out:
                 continue
             try:

@@ -254,6 +254,13 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
         found.append(cand)
     best_whole = min(wholes, key=lambda c: c.value(objective), default=None)
     best_split = min(found, key=lambda c: c.value(objective), default=None)
+    weighed = [{"what": c.plan.details.get("why") or f"{c.plan.method}, {c.execution['cpu_threads']} "
+                f"thread(s) per CPU device, run as {c.execution['run_as']}",
+                "latency_ms": c.predicted["latency_ms"],
+                "throughput_per_s": c.predicted["throughput_per_s"]}
+               for c in sorted(wholes + found, key=lambda c: c.value(objective))]
+    for c in wholes + found:
+        c.plan.details["candidates"] = weighed
     if best_split is None or (best_whole is not None and
                               best_split.value(objective) * MIN_SPLIT_GAIN > best_whole.value(objective)):
         if best_whole is None:
