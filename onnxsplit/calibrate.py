@@ -27,7 +27,8 @@ from typing import Any, Mapping
 
 from .profile.devices import CPU_EP
 
-TARGET_S = 1.0  # seconds each configuration is timed for
+TARGET_S = 1.5  # seconds each configuration is timed for, over ROUNDS rounds
+ROUNDS = 5  # a shared machine's noise comes in slow minutes: alternate, keep medians
 MIN_SAMPLES, MAX_SAMPLES = 5, 200
 MEMORY_SHARE = 0.5  # copies of the model may take this share of the host's memory
 
@@ -82,7 +83,7 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
                 p.run(feeds)
             once = max((time.perf_counter() - t) / len(loaded), 1e-6)
             samples = int(min(MAX_SAMPLES, max(MIN_SAMPLES, TARGET_S / once)))
-            out.update(measure_rounds(loaded, feeds, samples, warmup=1))
+            out.update(measure_rounds(loaded, feeds, samples, warmup=1, rounds=ROUNDS))
         return out
 
     results: dict[str, dict[str, Any]] = {}

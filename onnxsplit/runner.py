@@ -514,8 +514,8 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
                      depth: int | None = None) -> dict[str, float]:
     """Single-stream latency: with one sample in flight, the median time between finishes
     (each sample enters as the one before leaves).  Throughput: ``depth`` samples in
-    flight (two per worker), steady state, from the first to the last finish after
-    warm-up.  Where one worker runs everything (a model kept whole, a plan in one
+    flight (two per worker), steady state: from the first finish after warm-up to the last
+    before the pipeline drains (its last samples run with workers idle).  Where one worker runs everything (a model kept whole, a plan in one
     session), samples are run one after another in the calling thread, as a user's own
     loop over ``session.run`` would: no hand-offs between threads."""
     for _ in range(warmup):
@@ -539,8 +539,11 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
 
     one = np.diff(finishes(warmup + samples, 1)[warmup:])
     depth = depth or parts.default_depth()
-    streamed = max(samples, 2 * depth)
-    steady = finishes(warmup + streamed, depth)[1 + warmup:]
+    # the last samples drain with workers idle: the window ends before them
+    drain = max(depth // 2, 1)
+    streamed = max(samples, 4 * depth)
+    t = finishes(warmup + streamed, depth)
+    steady = t[1 + warmup:len(t) - (drain - 1)]
     span = steady[-1] - steady[0]
     latency = float(np.median(one))
     return {"latency_ms": latency * 1e3,
