@@ -79,7 +79,7 @@ def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
 
     if workload.num_cpus:
         add("cpu0", cpu_rec.get("default"), {"cpu_threads": 0, "optimization": "all",
-                                             "replicas": 1},
+                                             "replicas": 1, "baseline": True},
             "onnxruntime's default session on the CPU")
         for t, rep in (cpu_rec.get("replicas") or {}).items():
             copies = rep.get("copies", 1)
@@ -91,7 +91,7 @@ def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
                               "replicas": copies}, what)
     if acc_rec and accelerator_fits(workload):
         add("acc0", acc_rec.get("default"), {"cpu_threads": 0, "optimization": "all",
-                                             "replicas": 1},
+                                             "replicas": 1, "baseline": True},
             "onnxruntime's default session on the accelerator")
     return out
 

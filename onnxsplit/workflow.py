@@ -35,6 +35,10 @@ AUTO_IDEAL_LIMIT = 50_000  # above this many ideals the exact DP gives way to th
 # 0.21-0.28 ms per sample and take 0.37-0.46 ms single-stream (tools/bench_pipeline.py).
 STAGE_OVERHEAD_MS = 0.1
 MIN_SPLIT_GAIN = 1.1  # auto keeps the model whole unless splitting promises this much more
+# another way to run the whole model (threads, copies) must promise this much more than
+# onnxruntime's default session, which is what users run: on a shared machine, two
+# sessions of one model measure a few percent apart from one minute to the next
+MIN_CONFIG_GAIN = 1.05
 PLAN_FILE = "plan.json"
 
 
@@ -253,6 +257,11 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
         cand.predicted = _predicted(cand)
         found.append(cand)
     best_whole = min(wholes, key=lambda c: c.value(objective), default=None)
+    defaults = [c for c in wholes if c.execution.get("baseline")]
+    if best_whole is not None and defaults and not best_whole.execution.get("baseline"):
+        default = min(defaults, key=lambda c: c.value(objective))
+        if default.value(objective) <= MIN_CONFIG_GAIN * best_whole.value(objective):
+            best_whole = default
     best_split = min(found, key=lambda c: c.value(objective), default=None)
     weighed = [{"what": c.plan.details.get("why") or f"{c.plan.method}, {c.execution['cpu_threads']} "
                 f"thread(s) per CPU device, run as {c.execution['run_as']}",
