@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, NamedTuple
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 import onnx
 from onnx import AttributeProto, TensorProto
@@ -173,8 +174,8 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
            threads: Mapping[str, int] | None = None, predicted: Mapping[str, Any] | None = None,
            plan: Mapping[str, Any] | None = None, files: Mapping[str, str] | None = None,
            force: bool = False, check: bool = True, optimization: str | None = None,
-           replicas: Mapping[str, int] | None = None, session: Mapping[str, Any] | None = None
-           ) -> Export:
+           replicas: Mapping[str, int] | None = None, session: Mapping[str, Any] | None = None,
+           before_swap: Callable[[Path], None] | None = None) -> Export:
     """Write the parts of ``graph`` placed by ``device_of`` into the new folder ``out``.
 
     ``threads``: device -> intra-op threads its session should use (1 for a CPU core, 0
@@ -183,6 +184,8 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     device -> copies of its sessions run side by side.  ``session`` ({"threads",
     "config"}): also write ``annotated.onnx`` and ``session.json`` so that one onnxruntime
     session runs the plan, and mark the folder ``run_as: session``.
+    ``before_swap(folder)`` checks the finished folder before it takes ``out``'s place (the
+    runner's verification): if it raises, ``out`` is left as it was.
     ``predicted`` ({"latency_ms", "throughput_per_s"}) and ``plan`` go into the manifest;
     ``files`` (name -> text) are written beside it.
     ``force`` replaces an existing ``out``; otherwise an existing ``out`` is an error.
@@ -236,6 +239,8 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 is for the staging only
+        if before_swap is not None:
+            before_swap(staging)
         _move_into_place(staging, out, force)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -274,26 +279,80 @@ def _annotate(model: onnx.ModelProto, graph: OpGraph, device_of: Mapping[str, st
             "node_providers": {n.name: providers[device_of[n.name]] for n in graph.nodes}}
 
 
+# the files onnxsplit writes into a parts folder: --force replaces a folder holding these
+# (and a manifest) and nothing else
+_MADE = re.compile(r"^(part\d+_[A-Za-z0-9_.-]+\.onnx|weights\.bin|manifest\.json|plan\.json|"
+                   r"annotated\.onnx|session\.json)$")
+
+
 def check_out(out: str | Path, force: bool) -> Path:
-    """``out`` as a Path, if it may be written: absent, or a folder and ``force``."""
+    """``out`` as a Path, if it may be written: absent, or with ``force`` a parts folder
+    onnxsplit made (its manifest and only the files onnxsplit writes).  A symbolic link, a
+    file, or a folder holding anything else -- the model, a plan, a profile, a user's
+    files -- is refused, whatever ``force`` says."""
     out = Path(out)
-    if out.exists() and not force:
-        raise OnnxsplitError(f"output folder '{out}' already exists: pass --force to replace it")
-    if out.exists() and not out.is_dir():
+    if out.is_symlink():
+        raise OnnxsplitError(f"output '{out}' is a symbolic link: onnxsplit writes a folder of "
+                             "its own (choose another --out)")
+    if not out.exists():
+        return out
+    if not out.is_dir():
         raise OnnxsplitError(f"output '{out}' exists and is not a folder")
+    if not force:
+        raise OnnxsplitError(f"output folder '{out}' already exists: pass --force to replace it")
+    try:
+        manifest = json.loads((out / MANIFEST).read_text())
+        ours = isinstance(manifest, dict) and manifest.get("format") == FORMAT
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        raise OnnxsplitError(f"--force replaces only a parts folder onnxsplit made, and "
+                             f"'{out}' has no onnxsplit {MANIFEST}: choose another --out")
+    try:
+        foreign = sorted(p.name for p in out.iterdir() if p.is_symlink() or not p.is_file()
+                         or not _MADE.match(p.name))
+    except OSError as e:
+        raise OnnxsplitError(f"cannot read output folder '{out}': {e.strerror or e}") from None
+    if foreign:
+        raise OnnxsplitError(f"--force replaces only a parts folder onnxsplit made, and "
+                             f"'{out}' also holds '{foreign[0]}'"
+                             + (f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else "")
+                             + ", which onnxsplit did not write: choose another --out")
     return out
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 with RENAME_EXCHANGE); False where the
+    system or the filesystem cannot."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return fn(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), rename_exchange) == 0
+
+
 def _move_into_place(staging: Path, out: Path, force: bool) -> None:
-    if out.exists():
-        if not force:
-            raise OnnxsplitError(f"output folder '{out}' already exists: pass --force to replace it")
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.rename(old)
+    """The finished folder takes ``out``'s place: swapped in one step where the system can
+    (an interruption leaves the old folder or the new one, never neither), else moved aside
+    and replaced.  The old folder is removed after."""
+    if not out.exists():
         staging.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
+        return
+    check_out(out, force)  # again: it may have changed while the parts were written
+    if _exchange(staging, out):
+        shutil.rmtree(staging, ignore_errors=True)  # now the old folder
+        return
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    out.rename(old)
+    try:
         staging.rename(out)
+    except BaseException:
+        old.rename(out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _declared_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -489,14 +488,29 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
     if execution.get("run_as") == "session":
         session = {"threads": execution.get("cpu_threads", 0),
                    "optimization": execution.get("optimization") or "all"}
+    checked: dict[str, Any] = {}
+
+    def check(folder: Path) -> None:
+        """The parts run against the original model before they take ``out``'s place."""
+        if not verify:
+            return
+        t = time.perf_counter()
+        _say(quiet, "verifying the parts against the original model")
+        from .runner import run_parts
+
+        checked.update(run_parts(folder, model=graph.path, feeds=feeds, measure=False,
+                                 fallback_cpu=True))
+        seconds["verify"] = time.perf_counter() - t
+
+    seconds: dict[str, float] = dict(prep.seconds)
     exported = ex.export(graph, device_of, out, providers=providers, piece_of=piece_of,
                          threads=threads, predicted=predicted,
                          plan={k: plan_obj[k] for k in ("objective", "method", "status", "value",
                                                         "lower_bound", "gap")},
                          files={PLAN_FILE: json.dumps(plan_obj, indent=1) + "\n"}, force=force,
                          optimization=execution.get("optimization"), replicas=replicas,
-                         session=session)
-    seconds = dict(prep.seconds, export=time.perf_counter() - t)
+                         session=session, before_swap=check)
+    seconds["export"] = time.perf_counter() - t - seconds.get("verify", 0.0)
     result: dict[str, Any] = {
         "out": str(exported.out),
         "parts": [p.file for p in exported.parts],
@@ -510,21 +524,10 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                   "weight_bytes": graph.weight_bytes,
                   "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()}},
     }
-    if verify:
-        t = time.perf_counter()
-        _say(quiet, "verifying the parts against the original model")
-        from .runner import run_parts
-
-        try:
-            checked = run_parts(exported.out, model=graph.path, feeds=feeds, measure=False,
-                                fallback_cpu=True)
-        except BaseException:
-            shutil.rmtree(exported.out, ignore_errors=True)  # parts that cannot run are no result
-            raise
+    if checked:
         result["verify"] = checked["verify"]
         if "assignment" in checked:
             result["assignment"] = checked["assignment"]
-        seconds["verify"] = time.perf_counter() - t
     result["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
     return result
 

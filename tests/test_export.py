@@ -714,10 +714,31 @@ def test_existing_output_folder(models, tmp_path):
         export(g, device_of, out, providers=providers())
     assert [f.name for f in out.iterdir()] == ["keep.txt"]
     assert leftovers(tmp_path, "out") == []
+    # --force replaces only a folder onnxsplit made: a user's file is never deleted
+    with pytest.raises(OnnxsplitError, match="has no onnxsplit manifest.json"):
+        export(g, device_of, out, providers=providers(), force=True)
+    assert [f.name for f in out.iterdir()] == ["keep.txt"]
+    (out / "keep.txt").unlink()
+    with pytest.raises(OnnxsplitError, match="has no onnxsplit manifest.json"):
+        export(g, device_of, out, providers=providers(), force=True)  # empty, not ours
+    out.rmdir()
+    export(g, device_of, out, providers=providers())
+    first = sorted(f.name for f in out.iterdir())
     e = export(g, device_of, out, providers=providers(), force=True)
-    assert not (out / "keep.txt").exists() and (out / MANIFEST).exists()
+    assert sorted(f.name for f in out.iterdir()) == first and (out / MANIFEST).exists()
     assert leftovers(tmp_path, "out") == []  # neither staging nor the old folder
     check_export(model, g, e, device_of)
+    # one foreign file beside the parts, a link in its place: refused, untouched
+    (out / "notes.md").write_text("mine")
+    with pytest.raises(OnnxsplitError, match="'notes.md'"):
+        export(g, device_of, out, providers=providers(), force=True)
+    assert (out / "notes.md").read_text() == "mine"
+    (out / "notes.md").unlink()
+    link = tmp_path / "link"
+    link.symlink_to(out, target_is_directory=True)
+    with pytest.raises(OnnxsplitError, match="symbolic link"):
+        export(g, device_of, link, providers=providers(), force=True)
+    assert link.is_symlink() and sorted(f.name for f in out.iterdir()) == first
     # a plain file in the way is never replaced
     (tmp_path / "file").write_text("x")
     with pytest.raises(OnnxsplitError, match="not a folder"):
@@ -738,12 +759,25 @@ def test_failed_write_leaves_nothing_and_keeps_old_output(tmp_path):
     with pytest.raises(OnnxsplitError, match="external data"):
         export(g, device_of, work / "out", providers=providers())
     assert list(work.iterdir()) == []
-    (work / "out").mkdir()
-    (work / "out" / "keep.txt").write_text("mine")
+    # an earlier output onnxsplit made survives a failed --force
+    good = OpGraph.from_onnx(path)
+    export(good, {n.name: "cpu0" for n in good.nodes}, work / "out", providers=providers())
+    before = {f.name: f.read_bytes() for f in (work / "out").iterdir()}
     with pytest.raises(OnnxsplitError, match="external data"):
         export(g, device_of, work / "out", providers=providers(), force=True)
     assert sorted(p.name for p in work.iterdir()) == ["out"]
-    assert [f.name for f in (work / "out").iterdir()] == ["keep.txt"]
+    assert {f.name: f.read_bytes() for f in (work / "out").iterdir()} == before
+    # and so it does when the check before the swap fails, or the run is interrupted there
+
+    def fail(folder):
+        assert (folder / MANIFEST).exists()  # the finished folder, not yet in place
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        export(good, {n.name: "cpu0" for n in good.nodes}, work / "out", providers=providers(),
+               force=True, before_swap=fail)
+    assert sorted(p.name for p in work.iterdir()) == ["out"]
+    assert {f.name: f.read_bytes() for f in (work / "out").iterdir()} == before
 
 
 def test_unplaced_node_and_unknown_device(models, tmp_path):

@@ -220,9 +220,20 @@ def test_existing_output_needs_force(tmp_path, capsys, monkeypatch):
     assert main(["ok.onnx", "--out", "exists", "--quiet"]) == 2
     assert "already exists" in capsys.readouterr().err
     assert (tmp_path / "exists" / "keep.txt").exists()
-    assert main(["ok.onnx", "--out", "exists", "--quiet", "--force"]) == 0
-    assert not (tmp_path / "exists" / "keep.txt").exists()
-    assert (tmp_path / "exists" / "manifest.json").exists()
+    # --force never deletes what onnxsplit did not write
+    assert main(["ok.onnx", "--out", "exists", "--quiet", "--force"]) == 2
+    assert "replaces only a parts folder onnxsplit made" in capsys.readouterr().err
+    assert (tmp_path / "exists" / "keep.txt").read_text() == "x"
+    assert main(["ok.onnx", "--out", "made", "--quiet"]) == 0
+    assert main(["ok.onnx", "--out", "made", "--quiet", "--force"]) == 0
+    assert (tmp_path / "made" / "manifest.json").exists()
+    # the model's own folder, or the working folder, is never an output to replace
+    assert main(["ok.onnx", "--out", ".", "--quiet", "--force"]) == 2
+    assert (tmp_path / "ok.onnx").exists() and (tmp_path / "exists" / "keep.txt").exists()
+    # a model kept inside an earlier parts folder is not replaced with it
+    (tmp_path / "made" / "model.onnx").write_bytes((tmp_path / "ok.onnx").read_bytes())
+    assert main(["made/model.onnx", "--out", "made", "--quiet", "--force"]) == 2
+    assert "'model.onnx'" in capsys.readouterr().err and (tmp_path / "made" / "model.onnx").exists()
 
 
 def test_help_explains_the_main_command(capsys):
