@@ -58,6 +58,19 @@ METHOD_CHOICES = ["dp", "dp_linear", "dp_ring", "ip", "latency_dp", "latency_ser
                   "pipedream", "scotch", "metis", "one_accelerator", "all_cpu", "given", "ort_default", "hetero_greedy"]
 
 
+def _at_least(low: int):
+    """An argparse type: an integer >= ``low`` (argparse's one-line usage error otherwise)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="onnxsplit", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -225,8 +238,8 @@ def _parser() -> argparse.ArgumentParser:
     rn.add_argument("parts", help="folder written by onnxsplit (with manifest.json)")
     rn.add_argument("--model", metavar="MODEL.onnx",
                     help="the original model (default: the path in the manifest)")
-    rn.add_argument("--samples", type=int, default=50, metavar="N", help="timed samples (default 50)")
-    rn.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed samples first (default 5)")
+    rn.add_argument("--samples", type=_at_least(1), default=50, metavar="N", help="timed samples (default 50)")
+    rn.add_argument("--warmup", type=_at_least(0), default=5, metavar="N", help="untimed samples first (default 5)")
     rn.add_argument("--no-measure", action="store_true", help="only verify the outputs")
 
     dv = sub.add_parser("devices", help="print this machine's cluster spec",
@@ -261,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("onnxsplit: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # a file the user named cannot be read or written
+        where = f"'{e.filename}': " if getattr(e, "filename", None) else ""
+        print(f"onnxsplit: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0

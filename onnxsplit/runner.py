@@ -72,7 +72,56 @@ def read_manifest(parts_dir: str | Path) -> dict[str, Any]:
         raise RunError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise RunError(f"{path}: not an onnxsplit manifest (format is not '{FORMAT}')")
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise RunError(f"{path}: {problem}")
     return manifest
+
+
+def _manifest_problem(m: Mapping[str, Any]) -> str | None:
+    """The first field of a manifest the runner cannot use (missing or of the wrong type),
+    or None."""
+    def tensors(x, where: str) -> str | None:
+        if not isinstance(x, list):
+            return f"{where} must be a list"
+        for i, t in enumerate(x):
+            if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+                return f"{where}[{i}] must be an object with a 'name'"
+        return None
+
+    model = m.get("model")
+    if not isinstance(model, dict):
+        return "'model' must be an object"
+    for key in ("inputs", "outputs"):
+        if (why := tensors(model.get(key), f"model.{key}")):
+            return why
+    for i, t in enumerate(model["inputs"]):
+        if not isinstance(t.get("shape"), list) or not all(isinstance(d, int) for d in t["shape"]) \
+                or not isinstance(t.get("dtype"), str):
+            return f"model.inputs[{i}] needs a 'dtype' and a 'shape' of integers"
+    parts = m.get("parts")
+    if not isinstance(parts, list) or not parts:
+        return "'parts' must be a non-empty list"
+    for i, p in enumerate(parts):
+        if not isinstance(p, dict):
+            return f"parts[{i}] must be an object"
+        for key in ("name", "file", "device", "execution_provider"):
+            if not isinstance(p.get(key), str) or not p[key]:
+                return f"parts[{i}].{key} must be a non-empty string"
+        if Path(p["file"]).name != p["file"]:
+            return f"parts[{i}].file must name a file in the folder, got '{p['file']}'"
+        for key in ("inputs", "outputs"):
+            if (why := tensors(p.get(key), f"parts[{i}].{key}")):
+                return why
+        for key in ("threads", "replicas"):
+            v = p.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                return f"parts[{i}].{key} must be an integer >= 0"
+        if p.get("optimization") not in (None, "all", "disabled"):
+            return f"parts[{i}].optimization must be 'all' or 'disabled'"
+    if m.get("run_as", "pipeline") not in ("pipeline", "session"):
+        return "'run_as' must be 'pipeline' or 'session'"
+    return None
 
 
 def _providers(ep: str, fallback_cpu: bool = False) -> list[str]:
@@ -98,10 +147,12 @@ def _check_runs_on(sess, ep: str, what: str) -> None:
 
 def verify_tolerance(verify: Mapping[str, Any], accelerated: bool) -> dict[str, Any]:
     """Whether ``verify`` (compare_outputs) is close enough: max abs error VERIFY_TOLERANCE,
-    or where a part ran on an accelerator, max rel error ACCELERATOR_REL_TOLERANCE."""
+    or where a part ran on an accelerator or an output is a half-precision float (whose
+    rounding alone is 1e-3 relative), max rel error ACCELERATOR_REL_TOLERANCE.  Integer and
+    boolean outputs must be equal (compare_outputs counts any difference as infinite)."""
     tol: dict[str, float] = {"max_abs_error": VERIFY_TOLERANCE}
     ok = verify["max_abs_error"] <= VERIFY_TOLERANCE
-    if accelerated:
+    if accelerated or verify.get("half_precision"):
         tol["max_rel_error"] = ACCELERATOR_REL_TOLERANCE
         ok = ok or verify["max_rel_error"] <= ACCELERATOR_REL_TOLERANCE
     return {"tolerance": tol, "ok": bool(ok)}
@@ -466,8 +517,10 @@ def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str
         if d > abs_err:
             worst = name
         abs_err, rel_err = max(abs_err, d), max(rel_err, r)
+    half = any(np.asarray(v).dtype in (np.float16,) or str(np.asarray(v).dtype) == "bfloat16"
+               for v in want.values())
     return {"max_abs_error": abs_err, "max_rel_error": rel_err, "worst_output": worst,
-            "outputs": len(want)}
+            "outputs": len(want), "half_precision": half}
 
 
 def _whole_session(model_path: str | Path, threads: int, optimize: bool,

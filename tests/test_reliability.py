@@ -1,0 +1,79 @@
+"""Careless use of every command: one line naming the problem, a non-zero exit, nothing lost."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from onnx_models import mlp
+from onnxsplit.cli import main
+from onnxsplit.export import MANIFEST, export
+from onnxsplit.graph import OpGraph
+from onnxsplit.runner import compare_outputs, verify_tolerance
+
+CPU = "CPUExecutionProvider"
+
+
+@pytest.fixture
+def parts(tmp_path):
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    g = OpGraph.from_onnx(model)
+    out = tmp_path / "p"
+    export(g, {n.name: "cpu0" for n in g.nodes}, out, providers={"cpu0": CPU})
+    return out
+
+
+def one_line_error(capsys, argv) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("onnxsplit: error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda m: m["parts"][0].pop("file"), "parts[0].file"),
+    (lambda m: m["parts"][0].update(threads="two"), "parts[0].threads"),
+    (lambda m: m["parts"][0].update(file="../../etc/passwd"), "a file in the folder"),
+    (lambda m: m["parts"][0].update(inputs=7), "parts[0].inputs must be a list"),
+    (lambda m: m.update(parts=[]), "'parts' must be a non-empty list"),
+    (lambda m: m["model"].update(inputs=[{"name": "x"}]), "model.inputs[0] needs"),
+    (lambda m: m.update(run_as="cluster"), "'run_as'"),
+    (lambda m: m["parts"][0].update(optimization="max"), "optimization"),
+])
+def test_a_damaged_manifest_is_one_line(parts, capsys, edit, needle):
+    m = json.loads((parts / MANIFEST).read_text())
+    edit(m)
+    (parts / MANIFEST).write_text(json.dumps(m))
+    assert needle in one_line_error(capsys, ["run", str(parts), "--no-measure"])
+
+
+def test_unwritable_outputs_are_one_line(tmp_path, capsys):
+    missing = tmp_path / "no" / "such" / "plan.json"
+    line = one_line_error(capsys, ["solve", "models/demo_workload.json", "--method", "greedy",
+                                   "-o", str(missing)])
+    assert str(missing) in line and not missing.exists()
+
+
+def test_samples_must_be_positive(parts, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(parts), "--samples", "0"])
+    assert e.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+def test_tolerance_by_dtype():
+    # float32 on the CPU: 1e-4 absolute
+    want = {"y": np.array([1000.0, 2.0], np.float32)}
+    near = compare_outputs({"y": np.array([1000.01, 2.0], np.float32)}, want)
+    assert not verify_tolerance(near, accelerated=False)["ok"]
+    # float16 outputs round at 1e-3 relative: held to 1e-2 relative
+    half = {"y": np.array([1000.0, 2.0], np.float16)}
+    got = compare_outputs({"y": np.array([1001.0, 2.0], np.float16)}, half)
+    assert got["half_precision"] and verify_tolerance(got, accelerated=False)["ok"]
+    wrong = compare_outputs({"y": np.array([1100.0, 2.0], np.float16)}, half)
+    assert not verify_tolerance(wrong, accelerated=False)["ok"]
+    # integers exactly, on any device
+    ints = {"i": np.array([3, 4], np.int64)}
+    off = compare_outputs({"i": np.array([3, 5], np.int64)}, ints)
+    assert not verify_tolerance(off, accelerated=True)["ok"]
