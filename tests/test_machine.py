@@ -201,3 +201,16 @@ def test_copies_side_by_side_win_wherever_they_promise_more():
     prep = Prepared(None, None, None, w, {}, {"cpu": rec}, {"cpu": float(w.cpu_latency.sum())})
     cand = choose(prep, w, "throughput", time_limit=5)
     assert cand.execution["replicas"] == 2 and cand.predicted["throughput_per_s"] == 103.0
+
+
+def test_compare_lists_the_model_kept_whole_as_onnxruntime_runs_it(tmp_path, capsys, monkeypatch):
+    from onnxsplit.cli import main
+
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32)
+    assert main(["compare", str(model), "--time-limit", "2", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["onnxruntime"]
+    rec = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())["entries"][0]["as_run"]
+    assert {w["what"] for w in got} >= {"onnxruntime's default session on the CPU"}
+    default = next(w for w in got if w["what"] == "onnxruntime's default session on the CPU")
+    assert default["ms"] == pytest.approx(1e3 / rec["default"]["throughput_per_s"])
