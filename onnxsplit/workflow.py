@@ -257,20 +257,20 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
         cand.execution["run_as"] = "session" if session else "pipeline"
         cand.predicted = _predicted(cand)
         found.append(cand)
-    best_whole = min(wholes, key=lambda c: c.value(objective), default=None)
+    weighed_wholes = list(wholes)
     defaults = [c for c in wholes if c.execution.get("baseline")]
-    if best_whole is not None and defaults and not best_whole.execution.get("baseline") \
-            and best_whole.execution.get("replicas", 1) == 1:
-        default = min(defaults, key=lambda c: c.value(objective))
-        if default.value(objective) <= MIN_CONFIG_GAIN * best_whole.value(objective):
-            best_whole = default
+    if defaults:  # a session configured otherwise must clearly beat the default session
+        default = min(c.value(objective) for c in defaults)
+        wholes = [c for c in wholes if c.execution.get("baseline") or c.execution.get("replicas", 1) > 1
+                  or MIN_CONFIG_GAIN * c.value(objective) < default]
+    best_whole = min(wholes, key=lambda c: c.value(objective), default=None)
     best_split = min(found, key=lambda c: c.value(objective), default=None)
     weighed = [{"what": c.plan.details.get("why") or f"{c.plan.method}, {c.execution['cpu_threads']} "
                 f"thread(s) per CPU device, run as {c.execution['run_as']}",
                 "latency_ms": c.predicted["latency_ms"],
                 "throughput_per_s": c.predicted["throughput_per_s"]}
-               for c in sorted(wholes + found, key=lambda c: c.value(objective))]
-    for c in wholes + found:
+               for c in sorted(weighed_wholes + found, key=lambda c: c.value(objective))]
+    for c in weighed_wholes + found:
         c.plan.details["candidates"] = weighed
     if best_split is None or (best_whole is not None and
                               best_split.value(objective) * MIN_SPLIT_GAIN > best_whole.value(objective)):

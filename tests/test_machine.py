@@ -214,3 +214,18 @@ def test_compare_lists_the_model_kept_whole_as_onnxruntime_runs_it(tmp_path, cap
     assert {w["what"] for w in got} >= {"onnxruntime's default session on the CPU"}
     default = next(w for w in got if w["what"] == "onnxruntime's default session on the CPU")
     assert default["ms"] == pytest.approx(1e3 / rec["default"]["throughput_per_s"])
+
+
+def test_a_session_that_does_not_clearly_beat_the_default_leaves_copies_in_the_race():
+    """Throughput: 2 threads promise 1.05x the default (not enough for one session
+    configured otherwise), copies 1.03x: the copies win, not the default."""
+    from onnxsplit.workflow import Prepared, choose
+
+    w = Workload.from_paper_json(diamond(k=0, l=2))
+    rec = record(10.0, {1: 18.0, 2: 9.5}, {1: (2, 103.0)})  # default: 100/s
+    rec["replicas"]["2"] = {"copies": 1, "throughput_per_s": 105.0, "latency_ms": 9.5,
+                            "optimization": "all"}
+    prep = Prepared(None, None, None, w, {}, {"cpu": rec}, {"cpu": float(w.cpu_latency.sum())})
+    cand = choose(prep, w, "throughput", time_limit=5)
+    assert cand.execution["replicas"] == 2 and cand.predicted["throughput_per_s"] == 103.0
+    assert [c["throughput_per_s"] for c in cand.plan.details["candidates"]][:3] == [105.0, 103.0, 100.0]
