@@ -5,8 +5,8 @@ what a user already has as a candidate, so that onnxsplit is never slower than n
 using it:
 
 - **Whole-model candidates** (:func:`whole_candidates`): onnxruntime's default session on
-  the CPU, one session with every core as an explicit intra-op thread (onnxruntime's own
-  default pins its threads, which a shared machine can make slower), copies of the model
+  the CPU, one session with every core as an explicit intra-op thread (on a shared machine
+  it measured up to 1.4x faster or slower than the default), copies of the model
   side by side (``cores // t`` sessions of ``t`` threads), the default session on the
   accelerator where the model fits.  Their predictions are the
   calibration's measurements (``calibrate``).
