@@ -42,6 +42,7 @@ from onnx import AttributeProto, TensorProto
 
 from .errors import OnnxsplitError, SplitError
 from .graph import OpGraph
+from .profile.devices import CPU_EP
 from .shapes import KEEP_WEIGHT_BYTES, elem_type, proto_bytes
 
 FORMAT = "onnxsplit-parts/1"
@@ -210,7 +211,7 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         with _WeightWriter(staging / WEIGHTS, base_dir) as weights:
             protos = [_part_model(model, graph, p, links, types, weights, initializers) for p in parts]
             if session is not None:
-                whole = Part("annotated", "session", CPU_EP_NAME, tuple(n.name for n in graph.nodes),
+                whole = Part("annotated", "session", CPU_EP, tuple(n.name for n in graph.nodes),
                              tuple(t for t in graph.inputs), tuple(graph.outputs))
                 annotated = _part_model(model, graph, whole, _Links.of([whole]), types, weights,
                                         initializers)
@@ -248,9 +249,6 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     return Export(out, parts, manifest)
 
 
-CPU_EP_NAME = "CPUExecutionProvider"
-
-
 def session_ready(providers: Mapping[str, str], devices) -> bool:
     """Whether one onnxruntime session can run a plan on ``devices``: at most one device
     per EP, each an EP that layer assignment knows."""
@@ -265,10 +263,10 @@ def _annotate(model: onnx.ModelProto, graph: OpGraph, device_of: Mapping[str, st
     tag = {d: f"{_ORT_DEVICE[providers[d]]}_part" for d in set(device_of.values())}
     for node in model.graph.node:
         node.metadata_props.add(key=LAYER_ANN, value=tag[device_of[node.name]])
-    used = sorted(set(device_of.values()), key=lambda d: providers[d] == CPU_EP_NAME)
+    used = sorted(set(device_of.values()), key=lambda d: providers[d] == CPU_EP)
     eps = list(dict.fromkeys(providers[d] for d in used))
-    if CPU_EP_NAME not in eps:
-        eps.append(CPU_EP_NAME)
+    if CPU_EP not in eps:
+        eps.append(CPU_EP)
     config = {"session.layer_assignment_settings":
               "; ".join(f"{_ORT_DEVICE[providers[d]]}(={tag[d]})" for d in used),
               "session.record_ep_graph_assignment_info": "1"}
@@ -343,7 +341,7 @@ def _move_into_place(staging: Path, out: Path, force: bool) -> None:
         return
     check_out(out, force)  # again: it may have changed while the parts were written
     if _exchange(staging, out):
-        shutil.rmtree(staging, ignore_errors=True)  # now the old folder
+        _remove_made(staging)  # now the old folder
         return
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
     out.rename(old)
@@ -352,7 +350,19 @@ def _move_into_place(staging: Path, out: Path, force: bool) -> None:
     except BaseException:
         old.rename(out)
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    _remove_made(old)
+
+
+def _remove_made(folder: Path) -> None:
+    """Remove a replaced parts folder: only the files onnxsplit writes, then the folder if
+    that left it empty.  Anything else found there by then is left where it is."""
+    for p in folder.iterdir():
+        if _MADE.match(p.name) and p.is_file() and not p.is_symlink():
+            p.unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
 
 
 def _declared_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:

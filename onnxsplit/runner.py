@@ -197,7 +197,7 @@ class Parts:
             specs = self.manifest["parts"]
         self._load(specs, optimize, cpu_threads, fallback_cpu)
         if self.manifest.get("run_as") == "session":
-            self.assignment = _check_assignment(self.sessions[0][0], self.dir, self.manifest)
+            self.assignment = _check_assignment(self.sessions[0][0], specs[0]["node_providers"])
 
     @classmethod
     def whole(cls, model_path: str | Path, ep: str = CPU_EP, *, threads: int = 0,
@@ -339,17 +339,15 @@ def _session_spec(parts_dir: Path, manifest: Mapping[str, Any]) -> dict[str, Any
             "execution_provider": eps[0], "execution_providers": eps,
             "threads": spec.get("threads", 0), "optimization": spec.get("optimization", "all"),
             "config": spec.get("config") or {}, "replicas": 1,
+            "node_providers": spec.get("node_providers") or {},
             "inputs": manifest["model"]["inputs"], "outputs": manifest["model"]["outputs"]}
 
 
-def _check_assignment(sess, parts_dir: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """Where onnxruntime put the annotated model's nodes, against the plan: its own record
-    (``session.record_ep_graph_assignment_info``).  Nodes that onnxruntime fused under a new
-    name are not in the record by their names and are counted apart."""
-    from .export import SESSION_FILE
-
-    spec = json.loads((parts_dir / SESSION_FILE).read_text())
-    want: dict[str, str] = spec.get("node_providers") or {}
+def _check_assignment(sess, want: Mapping[str, str]) -> dict[str, Any]:
+    """Where onnxruntime put the annotated model's nodes, against the plan (``want``: node
+    -> EP): its own record (``session.record_ep_graph_assignment_info``).  Nodes that
+    onnxruntime fused under a new name are not in the record by their names and are
+    counted apart."""
     try:
         info = sess.get_provider_graph_assignment_info()
     except Exception as e:
@@ -517,8 +515,7 @@ def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str
         if d > abs_err:
             worst = name
         abs_err, rel_err = max(abs_err, d), max(rel_err, r)
-    half = any(np.asarray(v).dtype in (np.float16,) or str(np.asarray(v).dtype) == "bfloat16"
-               for v in want.values())
+    half = any(str(np.asarray(v).dtype) in ("float16", "bfloat16") for v in want.values())
     return {"max_abs_error": abs_err, "max_rel_error": rel_err, "worst_output": worst,
             "outputs": len(want), "half_precision": half}
 

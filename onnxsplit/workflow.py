@@ -95,8 +95,6 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
 def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool):
     """The calibration of each device kind (``calibrate``), measured here where the profile
     entry has none and the EP is present, and stored with the entry."""
-    from dataclasses import replace as _replace
-
     from . import calibrate
     from .build import pick_entries
     from .profile import ProfileFile, available_providers
@@ -121,7 +119,7 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool):
             record = calibrate.calibrate(graph.path, feeds, entry.execution_provider,
                                          model_bytes=model_bytes)
             store = store or ProfileFile.load(cache)
-            store.put(_replace(entry, as_run=record))
+            store.put(replace(entry, as_run=record))
         if record:
             out[kind] = record
     if store is not None:

@@ -1004,3 +1004,21 @@ def test_dead_end_part_and_absent_execution_provider(tmp_path):
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     assert_outputs(parts.run({"x": x}), reference(model, {"x": x}))
     assert_outputs(next(iter(parts.stream([{"x": x}]))), reference(model, {"x": x}))
+
+
+def test_a_replaced_folder_loses_only_what_onnxsplit_wrote(tmp_path):
+    """What --force removes after the swap: onnxsplit's own files, never one that appeared
+    in the folder after it was checked."""
+    from onnxsplit.export import _remove_made
+
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("part0_cpu0.onnx", "weights.bin", MANIFEST, "plan.json", "session.json"):
+        (old / name).write_text("x")
+    (old / "late.txt").write_text("mine")
+    _remove_made(old)
+    assert [p.name for p in old.iterdir()] == ["late.txt"]
+    (old / "late.txt").unlink()
+    (old / MANIFEST).write_text("{}")
+    _remove_made(old)
+    assert not old.exists()
