@@ -5,9 +5,10 @@ what a user already has as a candidate, so that onnxsplit is never slower than n
 using it:
 
 - **Whole-model candidates** (:func:`whole_candidates`): onnxruntime's default session on
-  the CPU, one session with every core as an explicit intra-op thread (on a shared machine
-  it measured up to 1.4x faster or slower than the default), copies of the model
-  side by side (``cores // t`` sessions of ``t`` threads), the default session on the
+  the CPU, one session with fewer explicit intra-op threads than cores (one with every
+  core is the default session by another name: on a shared machine it measured up to 1.8x
+  faster or slower than the default from one run to the next, so it is not weighed),
+  copies of the model side by side (``cores // t`` sessions of ``t`` threads), the default session on the
   accelerator where the model fits.  Their predictions are the
   calibration's measurements (``calibrate``).
 - **Split candidates** (:func:`split_workloads`): the workload a CPU division gives the
@@ -78,6 +79,7 @@ def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
                              dict(execution, run_as="pipeline"), pred))
 
     if workload.num_cpus:
+        cores = int(cpu_rec.get("cores") or workload.num_cpus)
         add("cpu0", cpu_rec.get("default"), {"cpu_threads": 0, "optimization": "all",
                                              "replicas": 1, "baseline": True},
             "onnxruntime's default session on the CPU")
@@ -85,6 +87,8 @@ def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
             copies = rep.get("copies", 1)
             if int(t) * copies > workload.num_cpus or (copies > 1 and objective == "latency"):
                 continue  # more cores than the cluster has; copies do not cut latency
+            if copies == 1 and int(t) >= cores:
+                continue  # the default session by another name
             what = (f"{copies} copies of the model side by side, {t} thread(s) each" if copies > 1
                     else f"one onnxruntime session with {t} intra-op threads")
             add("cpu0", rep, {"cpu_threads": int(t), "optimization": rep["optimization"],

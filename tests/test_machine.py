@@ -162,8 +162,9 @@ def test_main_command_is_never_the_slower_of_its_own_candidates(tmp_path, monkey
     res = split(model, tmp_path / "p", quiet=True)
     cache = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())
     rec = cache["entries"][0]["as_run"]
-    best = max([rec["default"]["throughput_per_s"]] +
-               [r["throughput_per_s"] for r in rec["replicas"].values()])
+    best = max([rec["default"]["throughput_per_s"]] +  # a session on every core is the default
+               [r["throughput_per_s"] for t, r in rec["replicas"].items()
+                if r["copies"] > 1 or int(t) < rec["cores"]])
     got = res["predicted"]["throughput_per_s"]
     default = rec["default"]["throughput_per_s"]
     # the best whole way, or the default session where that is one session within
@@ -178,12 +179,12 @@ def test_main_command_is_never_the_slower_of_its_own_candidates(tmp_path, monkey
 
 @pytest.mark.parametrize("t2_ms,chosen", [(9.7, 0), (9.2, 0), (8.9, 2)])
 def test_the_default_session_wins_unless_another_way_beats_it_clearly(t2_ms, chosen):
-    """Latency on 2 cores: the explicit 2-thread session is taken only where it promises
+    """Latency on 4 cores: an explicit 2-thread session is taken only where it promises
     MIN_CONFIG_GAIN over onnxruntime's default session (10 ms here)."""
     from onnxsplit.workflow import Prepared, choose
 
-    w = Workload.from_paper_json(diamond(k=0, l=2))
-    rec = record(10.0, {1: 18.0, 2: t2_ms}, {})
+    w = Workload.from_paper_json(diamond(k=0, l=4))
+    rec = record(10.0, {1: 18.0, 2: t2_ms, 4: 10.0}, {})
     rec["replicas"]["2"] = {"copies": 1, "throughput_per_s": 1e3 / t2_ms, "latency_ms": t2_ms,
                             "optimization": "all"}
     prep = Prepared(None, None, None, w, {}, {"cpu": rec}, {"cpu": float(w.cpu_latency.sum())})
@@ -191,6 +192,18 @@ def test_the_default_session_wins_unless_another_way_beats_it_clearly(t2_ms, cho
     assert cand.execution["cpu_threads"] == chosen
     assert cand.predicted["latency_ms"] == (10.0 if chosen == 0 else t2_ms)
     assert [c["latency_ms"] for c in cand.plan.details["candidates"]] == sorted([10.0, t2_ms])
+
+
+def test_a_session_on_every_core_is_the_default_session_and_not_weighed():
+    """One session with as many explicit threads as cores is the default session by
+    another name: a calibration that found it 1.5x faster is noise, not a candidate."""
+    w = Workload.from_paper_json(diamond(k=0, l=2))
+    rec = record(10.0, {1: 18.0, 2: 6.6}, {})
+    rec["replicas"]["2"] = {"copies": 1, "throughput_per_s": 1e3 / 6.6, "latency_ms": 6.6,
+                            "optimization": "all"}
+    for objective in ("latency", "throughput"):
+        got = machine.whole_candidates(w, objective, rec, None)
+        assert [c.execution["cpu_threads"] for c in got] == [0]
 
 
 def test_copies_side_by_side_win_wherever_they_promise_more():
@@ -216,16 +229,17 @@ def test_compare_lists_the_model_kept_whole_as_onnxruntime_runs_it(tmp_path, cap
     assert default["ms"] == pytest.approx(1e3 / rec["default"]["throughput_per_s"])
 
 
-def test_a_session_that_does_not_clearly_beat_the_default_leaves_copies_in_the_race():
-    """Throughput: 2 threads promise 1.05x the default (not enough for one session
-    configured otherwise), copies 1.03x: the copies win, not the default."""
+def test_a_session_that_does_not_clearly_beat_the_default_leaves_copies_in_the_race(monkeypatch):
+    """Throughput on 4 cores: 2 threads promise 1.05x the default (not enough for one
+    session configured otherwise), copies 1.03x: the copies win, not the default."""
     from onnxsplit.workflow import Prepared, choose
 
-    w = Workload.from_paper_json(diamond(k=0, l=2))
-    rec = record(10.0, {1: 18.0, 2: 9.5}, {1: (2, 103.0)})  # default: 100/s
+    w = Workload.from_paper_json(diamond(k=0, l=4))
+    rec = record(10.0, {1: 18.0, 2: 9.5, 4: 10.0}, {1: (4, 103.0)})  # default: 100/s
     rec["replicas"]["2"] = {"copies": 1, "throughput_per_s": 105.0, "latency_ms": 9.5,
                             "optimization": "all"}
     prep = Prepared(None, None, None, w, {}, {"cpu": rec}, {"cpu": float(w.cpu_latency.sum())})
+    monkeypatch.setattr(machine, "split_workloads", lambda *a: [])  # wholes only
     cand = choose(prep, w, "throughput", time_limit=5)
-    assert cand.execution["replicas"] == 2 and cand.predicted["throughput_per_s"] == 103.0
+    assert cand.execution["replicas"] == 4 and cand.predicted["throughput_per_s"] == 103.0
     assert [c["throughput_per_s"] for c in cand.plan.details["candidates"]][:3] == [105.0, 103.0, 100.0]
