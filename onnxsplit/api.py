@@ -62,16 +62,29 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
         able = [m for m, objs in METHODS.items() if objective in objs]
         hint = f"methods for {objective}: {', '.join(able)}" if able else f"no method optimises {objective} yet"
         raise OnnxsplitError(f"method '{method}' does not optimise {objective} ({hint})")
+    from .solve import anytime
+
+    plan = anytime.within(time_limit, workload, objective, method, lambda: _solve(
+        workload, objective, method, seed=seed, restarts=restarts, split=split, contiguous=contiguous,
+        split_passes=split_passes, pieces=pieces, time_limit=time_limit, solver=solver,
+        warm_start=warm_start))
+    return plan
+
+
+def _solve(workload: Workload, objective: str, method: str, *, seed: int, restarts: int, split,
+           contiguous: bool, split_passes: bool, pieces: int, time_limit: float, solver: str,
+           warm_start: bool) -> Plan:
     if method in BASELINES:
         from .solve import baselines
 
-        return baselines.solve(workload, method, objective, seed=seed, restarts=restarts, split=split)
-    from .solve import dp
+        return baselines.solve(workload, method, objective, seed=seed, restarts=restarts, split=split,
+                               time_limit=time_limit)
+    from .solve import anytime, dp
 
     if method == "latency_dp":
         from .solve import segments
 
-        return segments.sequence_split(workload)
+        return segments.sequence_split(workload, time_limit=time_limit)
     if method == "latency_series":
         from .solve import series
 
@@ -96,11 +109,13 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
     began = time.perf_counter()
     if objective == "latency":
         start = _latency_warm_start(workload, time_limit) if warm_start else None
+        anytime.offer(start, "warm start")
         spent = time.perf_counter() - began
         plan = ip.solve_latency(workload, pieces=pieces, time_limit=max(1.0, time_limit - spent), solver=solver,
                                 warm_start=start)
     else:
-        start = _throughput_warm_start(workload) if warm_start and not split_passes else None
+        start = _throughput_warm_start(workload, time_limit) if warm_start and not split_passes else None
+        anytime.offer(start, "warm start")
         spent = time.perf_counter() - began
         plan = ip.solve_throughput(workload, contiguous=contiguous, split_passes=split_passes,
                                    time_limit=max(1.0, time_limit - spent), solver=solver, warm_start=start)
@@ -118,26 +133,38 @@ SERIES_SHARE = 0.25  # of the latency IP's time limit, at most, for the plans co
 POLISH_SHARE = 0.05  # of the time limit, at most, for the local search on the best latency warm start
 
 
-def _best_quick_plan(workload: Workload, candidates, objective: str) -> tuple[dict[int, str] | None, float]:
-    """(the best valid plan among the candidate methods' or None, its value)."""
-    from .solve import evaluate
+def _best_quick_plan(workload: Workload, candidates, objective: str,
+                    time_limit: float) -> tuple[dict[int, str] | None, float]:
+    """(the best valid plan among the candidate methods' or None, its value), each method
+    given what is left of ``time_limit`` (on a large graph they are not so quick), the
+    first plan offered as soon as it is known."""
+    from .solve import anytime, evaluate
 
     best, best_value = None, float("inf")
+    deadline = time.perf_counter() + time_limit
     for method, objective_of_method in candidates:
+        left = deadline - time.perf_counter()
+        if left <= 0 and best is not None:
+            break
         try:
-            plan = solve(workload, objective_of_method, method)
+            plan = solve(workload, objective_of_method, method, time_limit=max(left, 0.01))
         except OnnxsplitError:
             continue
         if plan.assignment and not evaluate.check(workload, plan.assignment):
             value = evaluate.score(workload, plan.assignment, objective).value
             if value < best_value:
                 best, best_value = plan.assignment, value
+                anytime.offer(best, f"warm start from {method}")
     return best, best_value
 
 
-def _throughput_warm_start(workload: Workload) -> dict[int, str] | None:
-    """The best valid max-load among the linearized DP's, the ring split's and local search's plans."""
-    return _best_quick_plan(workload, QUICK_THROUGHPUT, "throughput")[0]
+WARM_START_SHARE = 0.3  # of the time limit, at most, for the quick methods' warm starts
+
+
+def _throughput_warm_start(workload: Workload, time_limit: float) -> dict[int, str] | None:
+    """The best valid max-load among the linearized DP's, the ring split's and local search's
+    plans (at most WARM_START_SHARE of ``time_limit``)."""
+    return _best_quick_plan(workload, QUICK_THROUGHPUT, "throughput", WARM_START_SHARE * time_limit)[0]
 
 
 def _latency_warm_start(workload: Workload, time_limit: float) -> dict[int, str] | None:
@@ -148,7 +175,7 @@ def _latency_warm_start(workload: Workload, time_limit: float) -> dict[int, str]
     from .solve import series
     from .solve.polish import polish_latency
 
-    best, best_value = _best_quick_plan(workload, QUICK_LATENCY, "latency")
+    best, best_value = _best_quick_plan(workload, QUICK_LATENCY, "latency", WARM_START_SHARE * time_limit)
     composed = series.series_split(workload, SERIES_SHARE * time_limit)
     if composed is not None and composed.value < best_value:
         best = composed.assignment

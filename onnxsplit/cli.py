@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
 
     out = argparse.ArgumentParser(add_help=False)
     out.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    out.add_argument("--memory-limit", type=float, metavar="GB",
+                     help="most memory the solvers' tables may take (default: half of what is "
+                          "available; also ONNXSPLIT_MEMORY_LIMIT)")
 
     s = sub.add_parser("solve", parents=[out], help="find a placement for a workload",
                        description="Find a placement (node -> device) for a workload and print it.")
@@ -263,24 +266,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         _parser().print_help()
         return 2
+    from . import limits
     from .errors import OnnxsplitError
+    from .interrupt import run
 
+    command = {"split": _split, "export": _export, "run": _run, "solve": _solve, "evaluate": _evaluate,
+               "compare": _compare, "profile": _profile, "workload": _workload,
+               "devices": _devices}[args.command]
     try:
-        return {"split": _split, "export": _export, "run": _run, "solve": _solve, "evaluate": _evaluate, "compare": _compare, "profile": _profile,
-                "workload": _workload, "devices": _devices}[args.command](args)
+        limits.set_limit(getattr(args, "memory_limit", None))  # for this command only
+        return run(lambda: command(args))  # Ctrl-C ends it within 2 s (see interrupt.py)
     except OnnxsplitError as e:
         print(f"onnxsplit: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("onnxsplit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head & co. (before OSError: it is one)
+        sys.stderr.close()
+        return 0
     except OSError as e:  # a file the user named cannot be read or written
         where = f"'{e.filename}': " if getattr(e, "filename", None) else ""
         print(f"onnxsplit: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # output piped into head & co.
-        sys.stderr.close()
-        return 0
+    finally:
+        limits.set_limit(None)
 
 
 def _split(args) -> int:
@@ -412,9 +422,9 @@ def _solve(args) -> int:
                      solver=args.solver, warm_start=not args.no_warm_start)
     obj = plan.to_json()
     if args.output:
-        from pathlib import Path
+        from .files import write_atomic
 
-        Path(args.output).write_text(json.dumps(obj, indent=1) + "\n")
+        write_atomic(args.output, json.dumps(obj, indent=1) + "\n")
     if args.json:
         print(json.dumps(obj))
     else:
@@ -533,7 +543,9 @@ def _write_report(args, workload, result) -> None:
             raise OnnxsplitError("no method gave a valid plan to draw")
     page = report.render(workload, result["rows"], args.objective, result["best_lower_bound"], drawn,
                          title=f"onnxsplit compare {Path(args.workload).name}")
-    Path(args.html).write_text(page)
+    from .files import write_atomic
+
+    write_atomic(args.html, page)
     if not args.json:
         print(f"report: {args.html}")
 

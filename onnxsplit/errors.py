@@ -31,3 +31,7 @@ class ProfileError(OnnxsplitError):
 
 class ClusterError(OnnxsplitError):
     """A cluster spec is malformed (names the offending field) or cannot describe a workload."""
+
+
+class MemoryLimit(OnnxsplitError):
+    """A step would take more memory than the limit allows (``--memory-limit``)."""

@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 import onnx
 from onnx import AttributeProto, TensorProto
 
+from . import interrupt
 from .errors import OnnxsplitError, SplitError
 from .graph import OpGraph
 from .profile.devices import CPU_EP
@@ -207,6 +208,7 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    interrupt.register(staging)  # removed should Ctrl-C end the process mid-write
     try:
         with _WeightWriter(staging / WEIGHTS, base_dir) as weights:
             protos = [_part_model(model, graph, p, links, types, weights, initializers) for p in parts]
@@ -242,10 +244,13 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 is for the staging only
         if before_swap is not None:
             before_swap(staging)
+        interrupt.unregister(staging)  # after the swap it names the old folder
         _move_into_place(staging, out, force)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        interrupt.unregister(staging)
     return Export(out, parts, manifest)
 
 

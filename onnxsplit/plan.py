@@ -79,6 +79,8 @@ def read_json(path: str | Path) -> Any:
         raise SplitError(f"{path}: cannot read: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
         raise SplitError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except UnicodeDecodeError:
+        raise SplitError(f"{path}: not a JSON text file") from None
 
 
 def read_split(path: str | Path, workload: Workload) -> dict[int, str]:

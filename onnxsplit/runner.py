@@ -70,6 +70,8 @@ def read_manifest(parts_dir: str | Path) -> dict[str, Any]:
         raise RunError(f"'{parts_dir}' has no {MANIFEST}: not a folder written by onnxsplit") from None
     except json.JSONDecodeError as e:
         raise RunError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except UnicodeDecodeError:
+        raise RunError(f"{path}: not a JSON text file") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise RunError(f"{path}: not an onnxsplit manifest (format is not '{FORMAT}')")
     problem = _manifest_problem(manifest)
@@ -329,8 +331,10 @@ def _session_spec(parts_dir: Path, manifest: Mapping[str, Any]) -> dict[str, Any
 
     try:
         spec = json.loads((parts_dir / SESSION_FILE).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not JSON, not text
         raise RunError(f"{parts_dir / SESSION_FILE}: cannot be read ({e})") from None
+    if not isinstance(spec, dict):
+        raise RunError(f"{parts_dir / SESSION_FILE}: expected a JSON object")
     eps = spec.get("execution_providers")
     if not isinstance(eps, list) or not eps or not isinstance(spec.get("file"), str):
         raise RunError(f"{parts_dir / SESSION_FILE}: expected 'file' and a list "

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .errors import ClusterError, OnnxsplitError, SolveError, SplitError, TooManyIdeals
+from .errors import ClusterError, OnnxsplitError, SolveError, SplitError
 from .export import check_out
 from .plan import Plan, read_json
 from .shapes import bytes_text
@@ -216,10 +216,8 @@ def choose_plan(workload, objective: str, method: str = "auto", time_limit: floa
     if method != "auto":
         return api.solve(workload, objective, method, time_limit=time_limit)
     if objective == "throughput":
-        try:
-            return dp.solve(workload, ideal_limit=AUTO_IDEAL_LIMIT, time_limit=time_limit)
-        except TooManyIdeals:
-            return dp.solve(workload, linear_only=True)
+        # past AUTO_IDEAL_LIMIT ideals (or the memory limit) its plan is the linearized one
+        return dp.solve(workload, ideal_limit=AUTO_IDEAL_LIMIT, time_limit=time_limit)
     if workload.num_accelerators == 0:
         return api.solve(workload, "latency", "all_cpu")
     return api.solve(workload, "latency", "ip", time_limit=time_limit)

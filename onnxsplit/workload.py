@@ -24,6 +24,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .errors import WorkloadError
+from .files import write_atomic
 
 _NODE_KEYS = ("id", "supportedOnFpga", "cpuLatency", "fpgaLatency", "isBackwardNode")
 _EDGE_KEYS = ("sourceId", "destId", "cost")
@@ -91,6 +92,9 @@ class Workload:
                 text = Path(source).read_text()
             except OSError as e:
                 raise WorkloadError(f"{where}: cannot read: {e.strerror or e}") from None
+            except UnicodeDecodeError:
+                raise WorkloadError(f"{where}: not a JSON text file (an ONNX model goes to the main "
+                                    f"command, or to 'onnxsplit workload' first)") from None
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as e:
@@ -136,7 +140,7 @@ class Workload:
         return out
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_paper_json(), indent=1) + "\n")
+        write_atomic(path, json.dumps(self.to_paper_json(), indent=1) + "\n")
 
     def replace(self, **changes) -> "Workload":
         """A copy with some fields changed (e.g. ``num_accelerators``)."""

@@ -9,10 +9,11 @@ about the others and every lookup has a generic fallback.
 from __future__ import annotations
 
 import functools
-import os
 import platform
 import shutil
 import subprocess
+
+from ..limits import host_bytes
 
 CPU_EP = "CPUExecutionProvider"
 
@@ -148,14 +149,4 @@ def device_key(ep: str, threads: int = 1) -> str:
 
 
 def host_memory_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
+    return host_bytes("MemTotal")

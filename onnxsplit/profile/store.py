@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -49,6 +47,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import ProfileError
+from ..files import write_atomic
 
 FORMAT = "onnxsplit-profile"
 VERSION = 1
@@ -204,15 +203,7 @@ class ProfileFile:
     def save(self, path: str | Path | None = None) -> Path:
         path = Path(path or self.path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(self.to_json(), indent=1) + "\n"
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, json.dumps(self.to_json(), indent=1) + "\n")
         self.path = path
         return path
 

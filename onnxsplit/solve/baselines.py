@@ -43,10 +43,11 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from .. import interrupt
 from ..errors import SolveError
 from ..plan import Plan
 from ..workload import Workload, topological_sort
-from . import evaluate, preprocess
+from . import evaluate, isolated, partitioners, preprocess
 
 BOTH = ("throughput", "latency")
 
@@ -65,11 +66,18 @@ OBJECTIVES = {
 }
 
 DEFAULT_RESTARTS = 10
+PARTITION_TIMEOUT = 60.0  # seconds for one Scotch run (it has hung on some graphs)
+DESCEND_CHUNK = 64  # moves of local search between looks at the clock
 
 
 def solve(workload: Workload, method: str, objective: str = "throughput", *, seed: int = 0,
-          restarts: int = DEFAULT_RESTARTS, split: str | Path | dict | None = None) -> Plan:
-    """Run one baseline; the plan is scored for ``objective`` and checked."""
+          restarts: int = DEFAULT_RESTARTS, split: str | Path | dict | None = None,
+          time_limit: float | None = None) -> Plan:
+    """Run one baseline; the plan is scored for ``objective`` and checked.  With
+    ``time_limit`` (seconds) the randomised baselines stop restarting (and local search
+    descending) once it has passed, and PipeDream stops trying further orders: the best
+    so far is the plan."""
+    deadline = time.perf_counter() + time_limit if time_limit else float("inf")
     if method not in OBJECTIVES:
         raise SolveError(f"unknown baseline '{method}'")
     if workload.n == 0:
@@ -77,11 +85,11 @@ def solve(workload: Workload, method: str, objective: str = "throughput", *, see
     if method == "greedy":
         return greedy(workload, objective)
     if method == "local_search":
-        return local_search(workload, seed=seed, restarts=restarts)
+        return local_search(workload, seed=seed, restarts=restarts, deadline=deadline)
     if method == "pipedream":
-        return pipedream(workload)
+        return pipedream(workload, deadline=deadline)
     if method in ("scotch", "metis"):
-        return graph_partition(workload, method, seed=seed, restarts=restarts)
+        return graph_partition(workload, method, seed=seed, restarts=restarts, deadline=deadline)
     if method == "hetero_greedy":
         return hetero_greedy(workload, objective)
     if method == "given" and split is None:
@@ -379,7 +387,7 @@ def class_graph(workload: Workload) -> ClassGraph:
     )
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _state(dev, k, n_dev, acc, cpu, size, m_ptr, m_idx, h_weight):
     """Counts per (hyperedge, device), loads and memory use per device for an assignment."""
     H = h_weight.shape[0]
@@ -404,7 +412,7 @@ def _state(dev, k, n_dev, acc, cpu, size, m_ptr, m_idx, h_weight):
     return cnt, load, mem
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _comm_change(c, d, step, cnt, h_ptr, h_idx, m_ptr, h_weight):
     """Change of device d's communication when class c leaves (step=-1) or joins (+1) it."""
     delta = 0.0
@@ -421,7 +429,7 @@ def _comm_change(c, d, step, cnt, h_ptr, h_idx, m_ptr, h_weight):
     return delta
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _move_loads(c, b, dev, load, k, acc, cpu, cnt, h_ptr, h_idx, m_ptr, h_weight):
     """(new load of c's device, new load of b) if class c moved to device b."""
     a = dev[c]
@@ -436,7 +444,7 @@ def _move_loads(c, b, dev, load, k, acc, cpu, cnt, h_ptr, h_idx, m_ptr, h_weight
     return new_a, new_b
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _apply(c, b, new_a, new_b, dev, cnt, load, mem, k, size, h_ptr, h_idx):
     a = dev[c]
     load[a] = new_a
@@ -452,7 +460,7 @@ def _apply(c, b, new_a, new_b, dev, cnt, load, mem, k, size, h_ptr, h_idx):
     dev[c] = b
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _max_other(load, a, b, m):
     for d in range(load.shape[0]):
         if d != a and d != b and load[d] > m:
@@ -460,14 +468,14 @@ def _max_other(load, a, b, m):
     return m
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _allowed(c, b, k, unsup, size, mem, mem_cap):
     if b >= k:
         return True
     return (not unsup[c]) and mem[b] + size[c] <= mem_cap
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _descend(dev, cnt, load, mem, k, acc, cpu, size, unsup, mem_cap, h_ptr, h_idx, m_ptr, h_weight,
              max_moves):
     """Steepest descent on (max load, sum of squared loads), moves only between feasible
@@ -503,7 +511,7 @@ def _descend(dev, cnt, load, mem, k, acc, cpu, size, unsup, mem_cap, h_ptr, h_id
     return moves
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _repair(dev, cnt, load, mem, k, acc, cpu, size, unsup, mem_cap, h_ptr, h_idx, m_ptr, h_weight):
     """Move classes off over-full accelerators (and unsupported classes off accelerators)
     to where they raise the max load least, until nothing is violated.  Returns the number of
@@ -559,8 +567,17 @@ class ClassState:
     def repair(self) -> int:
         return int(_repair(*self._args()))
 
-    def descend(self, max_moves: int = 1_000_000) -> int:
-        return int(_descend(*self._args(), max_moves))
+    def descend(self, max_moves: int = 1_000_000, deadline: float = float("inf")) -> int:
+        """Steepest descent (see _descend), DESCEND_CHUNK moves at a time until it
+        converges, makes ``max_moves`` or ``deadline`` passes."""
+        done = 0
+        while done < max_moves:
+            step = min(DESCEND_CHUNK, max_moves - done)
+            moved = int(_descend(*self._args(), step))
+            done += moved
+            if moved < step or interrupt.past(deadline):
+                break
+        return done
 
     @property
     def feasible(self) -> bool:
@@ -596,7 +613,8 @@ def _random_start(g: ClassGraph, workload: Workload, rng: np.random.Generator) -
     return dev
 
 
-def local_search(workload: Workload, seed: int = 0, restarts: int = DEFAULT_RESTARTS) -> Plan:
+def local_search(workload: Workload, seed: int = 0, restarts: int = DEFAULT_RESTARTS,
+                 deadline: float = float("inf")) -> Plan:
     """Local search over colour classes with random restarts (seeded, reproducible).
 
     Each restart: a random memory-feasible start, a repair where none exists, then steepest
@@ -611,9 +629,11 @@ def local_search(workload: Workload, seed: int = 0, restarts: int = DEFAULT_REST
     best: ClassState | None = None
     runs = []
     for _ in range(restarts):
+        if runs and interrupt.past(deadline):
+            break
         st = ClassState(g, workload, _random_start(g, workload, rng))
         repaired = st.repair()
-        moves = st.descend()
+        moves = st.descend(deadline=deadline)
         runs.append({"value": float(st.load.max(initial=0.0)), "moves": moves, "repair_moves": repaired,
                      "feasible": st.feasible})
         if best is None or st.key() < best.key():
@@ -654,37 +674,6 @@ def partition_graph(workload: Workload, g: ClassGraph, classes: np.ndarray):
     return xadj, adjncy, vweights, eweights
 
 
-def _scotch_parts(nparts: int, xadj, adjncy, vweights, eweights, seed: int) -> np.ndarray:
-    import contextlib
-    import io
-
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):  # pyscotch announces itself on import
-            import pyscotch
-            from pyscotch import Graph
-    except ImportError as e:
-        raise SolveError(f"method 'scotch' needs the pyscotch package ({e})") from None
-    graph = Graph()
-    graph.build(xadj, adjncy, velotab=vweights, edlotab=eweights)
-    pyscotch.random_seed(seed)
-    pyscotch.random_reset()
-    return np.asarray(graph.partition(nparts), dtype=np.int64)
-
-
-def _metis_parts(nparts: int, xadj, adjncy, vweights, eweights, seed: int) -> np.ndarray:
-    try:
-        import pymetis
-    except ImportError as e:
-        raise SolveError(f"method 'metis' needs the pymetis package ({e})") from None
-    # METIS needs positive edge weights and at least one positive vertex weight
-    ew = np.maximum(eweights, 1)
-    vw = vweights if vweights.any() else np.ones_like(vweights)
-    opts = pymetis.Options(seed=seed)
-    result = pymetis.part_graph(nparts, adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vw,
-                                eweights=ew, options=opts)
-    return np.asarray(result.vertex_part, dtype=np.int64)
-
-
 def _permuted(xadj, adjncy, vweights, eweights, inv: np.ndarray):
     """The same graph with its vertices renumbered: new vertex i is old vertex inv[i]."""
     perm = np.argsort(inv)
@@ -696,7 +685,7 @@ def _permuted(xadj, adjncy, vweights, eweights, inv: np.ndarray):
 
 
 def graph_partition(workload: Workload, tool: str = "scotch", seed: int = 0,
-                    restarts: int = DEFAULT_RESTARTS) -> Plan:
+                    restarts: int = DEFAULT_RESTARTS, deadline: float = float("inf")) -> Plan:
     """Partition colour classes into ``k`` parts with Scotch or METIS, then score.
 
     Both tools are randomised, and their result depends on the vertex numbering too: run
@@ -716,18 +705,46 @@ def graph_partition(workload: Workload, tool: str = "scotch", seed: int = 0,
     if len(classes) < g.n:
         _need_devices(workload, cpu=True, method=tool)
     nparts = min(k, len(classes))
-    part_fn = _scotch_parts if tool == "scotch" else _metis_parts
     arrays = partition_graph(workload, g, classes) if nparts > 1 else None
+    child = isolated.Child() if tool == "scotch" and nparts > 1 else None  # see isolated.py
+    try:
+        best, runs = _partition_runs(workload, g, classes, tool, nparts, arrays, seed, restarts,
+                                     deadline, child)
+    finally:
+        if child is not None:
+            child.close()
+    details = {"seed": seed, "restarts": restarts, "classes": g.n, "runs": runs}
+    return finish(workload, "throughput", tool, best.assignment(workload), start, details=details)
+
+
+def _partition_runs(workload: Workload, g: ClassGraph, classes, tool: str, nparts: int, arrays,
+                    seed: int, restarts: int, deadline: float, child):
+    """(best state, runs) of graph_partition's restarts."""
+    k = workload.num_accelerators
     rng = np.random.default_rng(seed)
     best: ClassState | None = None
     runs = []
     for r in range(restarts if nparts > 1 else 1):
+        if runs and interrupt.past(deadline):
+            break
         dev = np.full(g.n, k, dtype=np.int64)  # unsupported classes: cpu0
         if nparts == 1:
             dev[classes] = 0
         elif nparts > 1:
             inv = np.arange(len(classes)) if r == 0 else rng.permutation(len(classes))
-            parts = part_fn(nparts, *_permuted(*arrays, inv), seed=seed + r)
+            graph = (nparts, *_permuted(*arrays, inv), seed + r)
+            if child is None:
+                parts = partitioners.metis_parts(*graph)
+            else:
+                left = deadline - time.perf_counter()
+                try:
+                    parts = child.call("onnxsplit.solve.partitioners:scotch_parts", *graph,
+                                       timeout=left if left < PARTITION_TIMEOUT else PARTITION_TIMEOUT)
+                except SolveError as e:
+                    if "package" in str(e):  # pyscotch missing: no run will do better
+                        raise
+                    runs.append({"error": str(e)})  # Scotch failed on this numbering
+                    continue
             dev[classes[inv]] = parts
         st = ClassState(g, workload, dev)
         run = {"partition_value": float(st.load.max(initial=0.0))}
@@ -737,8 +754,9 @@ def graph_partition(workload: Workload, tool: str = "scotch", seed: int = 0,
         runs.append(run)
         if best is None or st.key() < best.key():
             best = st
-    details = {"seed": seed, "restarts": restarts, "classes": g.n, "runs": runs}
-    return finish(workload, "throughput", tool, best.assignment(workload), start, details=details)
+    if best is None:
+        raise SolveError(f"{tool} failed on every run: {runs[-1]['error']}")
+    return best, runs
 
 
 # ---- PipeDream ------------------------------------------------------------------------------
@@ -823,7 +841,7 @@ def file_order(inst) -> list[int]:
     return order
 
 
-def pipedream(workload: Workload) -> Plan:
+def pipedream(workload: Workload, deadline: float = float("inf")) -> Plan:
     """PipeDream's planner: coarsen by biconnected components, then the max-load DP over the
     prefixes of one topological order of the coarsened forward graph.
 
@@ -845,7 +863,9 @@ def pipedream(workload: Workload) -> Plan:
     best, best_name = None, None
     values = {}
     for name, order in orders.items():
-        res = dp.run(inst, lattice.chain(order), k, l, memory)
+        res = dp.run(inst, lattice.chain(order), k, l, memory, deadline=deadline if best else np.inf)
+        if res is None:  # out of time: the orders so far stand
+            break
         values[name] = float(res.value) if np.isfinite(res.value) else None
         if best is None or res.value < best.value:
             best, best_name = res, name

@@ -116,7 +116,7 @@ def _network(w: Workload, pieces: int = 1):
             np.array(members, dtype=np.int64), w.out_cost.astype(np.float64))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _least_call_times(out, i_from, i_to, seq, on_path, acc, size, sup, mem, succ_ptr, succ_idx, pred_ptr, pred_idx,
                       head, nxt, to, base_cap, node_arc, source_arc, src, snk, tensors, member_ptr, members, cost):
     """Fill rows i_from..i_to-1 of ``out``.  A call holding seq[i] and seq[e-1] holds
@@ -161,7 +161,7 @@ def _least_call_times(out, i_from, i_to, seq, on_path, acc, size, sup, mem, succ
             out[i, e] = _least_call(lam_top, on_path, in_seg, acc, size, sup, mem, graph, work)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _reach(root, ptr, idx, mark, allowed, stack, found) -> int:
     """Mark what ``root`` reaches along the CSR arcs through allowed, unmarked nodes; the
     newly marked nodes go to found[:count], and count is returned."""
@@ -182,7 +182,7 @@ def _reach(root, ptr, idx, mark, allowed, stack, found) -> int:
     return count
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _least_call(lam_top, on_path, in_seg, acc, size, sup, mem, graph, work):
     """The Lagrangian bound on the least call holding exactly ``in_seg`` of the path."""
     g0, s0 = _dual(0.0, on_path, in_seg, acc, size, sup, mem, graph, work)
@@ -210,7 +210,7 @@ def _least_call(lam_top, on_path, in_seg, acc, size, sup, mem, graph, work):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dual(lam, on_path, in_seg, acc, size, sup, mem, graph, work):
     """(min_C time(C) + lam (size(C) - mem), size(C) - mem) for the minimising C; (inf, 0)
     when every C needs a node it may not hold."""
@@ -261,7 +261,7 @@ def _dual(lam, on_path, in_seg, acc, size, sup, mem, graph, work):
     return min(time + lam * (used - mem), flow - lam * mem), used - mem
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _max_flow(src, snk, head, nxt, to, cap, level, cur, queue, stack):
     """Dinic's algorithm on the residual capacities ``cap`` (changed in place)."""
     flow = 0.0

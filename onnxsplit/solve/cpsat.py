@@ -38,6 +38,7 @@ import time
 
 import numpy as np
 
+from .. import interrupt
 from ..errors import SolveError
 from ..plan import Plan, gap_of
 from ..workload import Workload
@@ -217,6 +218,7 @@ class _Worker:
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", __spec__.name], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, env=env)
+        interrupt.register(self.proc)  # killed should Ctrl-C end this process
 
     @classmethod
     def take(cls) -> "_Worker":
@@ -240,7 +242,11 @@ class _Worker:
         except OSError:  # it has ended (BrokenPipeError): said below, with its last words
             reply = None
         else:
-            reply = _receive(self.proc.stdout, time.perf_counter() + timeout)
+            try:
+                reply = _receive(self.proc.stdout, time.perf_counter() + timeout)
+            except BaseException:  # interrupted mid-solve: it must not answer the next call
+                self.close()
+                raise
         if reply is None:
             self.close()
             self.log.seek(0)
@@ -254,6 +260,7 @@ class _Worker:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        interrupt.unregister(self.proc)
 
     @classmethod
     def close_all(cls) -> None:
@@ -276,8 +283,13 @@ def _receive(stream, deadline: float | None = None):
     data = b""
     size = None
     while size is None or len(data) < size + 8:
-        if deadline is not None and not select.select([fd], [], [], max(0.0, deadline - time.perf_counter()))[0]:
-            return None
+        while True:  # waited for in slices: Ctrl-C is seen within one
+            left = 0.1 if deadline is None else min(0.1, max(0.0, deadline - time.perf_counter()))
+            if select.select([fd], [], [], left)[0]:
+                break
+            interrupt.check()
+            if deadline is not None and time.perf_counter() >= deadline:
+                return None
         chunk = os.read(fd, (8 if size is None else size + 8) - len(data))
         if not chunk:
             return None

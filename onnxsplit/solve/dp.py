@@ -23,17 +23,28 @@ Every plan is re-scored by :mod:`onnxsplit.solve.evaluate` before it is returned
 
 from __future__ import annotations
 
+import collections
+import heapq
+import itertools
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit, objmode
+from numba.core.errors import NumbaWarning
 
+from .. import interrupt, limits
 from ..errors import SolveError, TooManyIdeals
 from ..plan import Plan, gap_of
 from ..workload import Workload
 from . import evaluate, lattice, preprocess
 from .bounds import max_load_lower_bound
+
+# the kernel runs without the GIL (the main thread keeps watching for Ctrl-C) and takes it
+# back to read the clock: numba warns that such code cannot run in parallel, which it never does
+warnings.filterwarnings("ignore", message="Code running in object mode won't allow parallel",
+                        category=NumbaWarning)
 
 # back-link kinds
 _NONE, _ACC, _CPU, _SKIP_ACC, _SKIP_CPU = 0, 1, 2, 3, 4
@@ -135,7 +146,11 @@ def run(inst: DPInstance, lat: lattice.Lattice, k: int, l: int, memory: float,
         upper_bound: float = np.inf, deadline: float = np.inf) -> DPResult | None:
     """The DP on one lattice (all ideals, or one chain), pruned by ``upper_bound``.
 
-    None when ``deadline`` (a time.perf_counter() value) passes first."""
+    None when ``deadline`` (a time.perf_counter() value) passes first.  More devices than
+    items are never used: ``k`` and ``l`` are clamped to the items (exact), and the tables
+    must fit the memory limit."""
+    k, l = min(k, inst.n), min(l, inst.n)
+    limits.need(table_bytes(k, l, lat.size), f"the DP's table ({lat.size:,} ideals, {k + l} devices)")
     pre_acc = lat.prefix_sums(inst.acc)
     pre_cpu = lat.prefix_sums(inst.cpu)
     pre_mem = lat.prefix_sums(inst.mem)
@@ -182,7 +197,12 @@ def _bits(mask: int) -> list[int]:
     return out
 
 
-@njit(cache=True, inline="always")
+def _clock() -> float:
+    interrupt.check()
+    return time.perf_counter()
+
+
+@njit(cache=True, inline="always", nogil=True)
 def _capacity(n_acc, n_cpu, ub_eff, cpu_cap):
     """Most accelerator latency that n_acc accelerators and n_cpu cores can hold at <= UB."""
     total = 0.0
@@ -193,7 +213,7 @@ def _capacity(n_acc, n_cpu, ub_eff, cpu_cap):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _dp_kernel(pre_acc, pre_cpu, pre_mem, pre_uns, down_ptr, down_ideal, down_item,
                h_ptr, h_idx, h_size, h_weight, k, l, memory, ub, rho, n_items, deadline):
     N = pre_acc.shape[0]
@@ -218,6 +238,7 @@ def _dp_kernel(pre_acc, pre_cpu, pre_mem, pre_uns, down_ptr, down_ideal, down_it
     useful = np.zeros(L, np.bool_)
     active = np.empty(L, np.int64)  # the useful layers of the current ideal, in order
     pairs = 0
+    steps = 0  # of the walk, pruned ones included: the clock is read every 2**22
     for I in range(1, N):
         a_i = pre_acc[I]
         any_useful = False
@@ -248,6 +269,12 @@ def _dp_kernel(pre_acc, pre_cpu, pre_mem, pre_uns, down_ptr, down_ideal, down_it
         st_ptr[0] = down_ptr[I]
         st_item[0] = -1
         while depth >= 0:
+            steps += 1
+            if (steps & 0x3FFFFF) == 0:  # the clock, and Ctrl-C (raises Interrupted)
+                with objmode(now="float64"):
+                    now = _clock()
+                if now > deadline:
+                    return dp, back, kind, -1
             J = st_ideal[depth]
             p = st_ptr[depth]
             if p < down_ptr[J + 1]:
@@ -274,11 +301,6 @@ def _dp_kernel(pre_acc, pre_cpu, pre_mem, pre_uns, down_ptr, down_ideal, down_it
                     elif cnt[h] == h_size[h]:
                         comm -= h_weight[h]
                 pairs += 1
-                if (pairs & 0xFFFFF) == 0 and deadline < INF:
-                    with objmode(now="float64"):
-                        now = time.perf_counter()
-                    if now > deadline:
-                        return dp, back, kind, -1
                 acc_cost = a_s + comm if acc_ok else INF
                 if acc_cost > ub_eff:
                     acc_cost = INF
@@ -333,28 +355,36 @@ def _dp_kernel(pre_acc, pre_cpu, pre_mem, pre_uns, down_ptr, down_ideal, down_it
 
 # ---- from DP result to Plan -----------------------------------------------------------------
 
-def topological_orders(inst: DPInstance) -> list[list[int]]:
-    """A few topological orders of the items, for linearized upper bounds."""
-    orders = []
+def topological_orders(inst: DPInstance):
+    """A few topological orders of the items, for linearized upper bounds, one at a time
+    (the caller may stop at its deadline): depth-first, breadth-first, and heaviest
+    accelerator latency first (ties: the one ready first)."""
     for strategy in ("dfs", "bfs", "heavy_first"):
         indeg = [len(p) for p in inst.preds]
-        ready = [v for v in range(inst.n) if indeg[v] == 0]
+        seq = itertools.count()
+        ready = [(-float(inst.acc[v]), next(seq), v) for v in range(inst.n) if indeg[v] == 0]
+        if strategy == "heavy_first":
+            heapq.heapify(ready)
+        else:
+            ready = collections.deque(ready)
         order = []
         while ready:
             if strategy == "dfs":
-                v = ready.pop()
+                v = ready.pop()[2]
             elif strategy == "bfs":
-                v = ready.pop(0)
+                v = ready.popleft()[2]
             else:
-                j = max(range(len(ready)), key=lambda x: inst.acc[ready[x]])
-                v = ready.pop(j)
+                v = heapq.heappop(ready)[2]
             order.append(v)
             for w in inst.succs[v]:
                 indeg[w] -= 1
                 if indeg[w] == 0:
-                    ready.append(w)
-        orders.append(order)
-    return orders
+                    item = (-float(inst.acc[w]), next(seq), w)
+                    if strategy == "heavy_first":
+                        heapq.heappush(ready, item)
+                    else:
+                        ready.append(item)
+        yield order
 
 
 EXACT_IDEAL_BUDGET = 150_000  # beyond this, retry with the reference's (smaller) lattice
@@ -374,24 +404,35 @@ def solve(workload: Workload, linear_only: bool = False,
     start = time.perf_counter()
     deadline = start + time_limit if time_limit else np.inf
     inst = build_instance(workload)
-    like_reference = False
-    lat = None
-    if not linear_only:
-        try:
-            lat = lattice.enumerate_ideals(inst.preds, inst.succs, limit=min(ideal_limit, EXACT_IDEAL_BUDGET))
-        except TooManyIdeals:
-            like_reference = True
-            inst = build_instance(workload, like_reference=True)
-            lat = lattice.enumerate_ideals(inst.preds, inst.succs, limit=ideal_limit)
-    k, l, mem = workload.num_accelerators, workload.num_cpus, workload.accelerator_memory
+    k, l = min(workload.num_accelerators, inst.n), min(workload.num_cpus, inst.n)  # as run() does
+    mem = workload.accelerator_memory
+    method = "dp_linear" if linear_only else "dp"
     best: DPResult | None = None
+    timed_out = False
     for order in topological_orders(inst):
-        res = run(inst, lattice.chain(order), k, l, mem)
+        res = run(inst, lattice.chain(order), k, l, mem, deadline=deadline)
+        if res is None:  # out of time: the best order so far stands
+            timed_out = True
+            break
         if best is None or res.value < best.value:
             best = res
+    details: dict = {}
+    if best is None:
+        details["stopped"] = f"ran out of time ({time_limit:g} s) before the first plan"
+        return Plan("throughput", method, "time_limit", None, {}, seconds=time.perf_counter() - start,
+                    details=details)
     ub = best.value
-    details = {"linearized_value": ub if np.isfinite(ub) else None}
-    timed_out = False
+    details["linearized_value"] = ub if np.isfinite(ub) else None
+    like_reference = False
+    lat = None
+    best_inst = inst  # the instance whose items best.parts lists
+    if not linear_only and not timed_out:
+        lat, inst, like_reference, why = _lattice(workload, inst, k, l, ideal_limit, deadline)
+        if lat is None:
+            like_reference = False
+            timed_out = why is None
+            details["stopped"] = (f"the exact DP ran out of time ({time_limit:g} s)" if timed_out
+                                  else why) + "; this is the linearized plan"
     if lat is not None:
         full = run(inst, lat, k, l, mem, upper_bound=ub, deadline=deadline)
         details["ideals"] = lat.size
@@ -400,18 +441,17 @@ def solve(workload: Workload, linear_only: bool = False,
             details["stopped"] = f"the exact DP ran out of time ({time_limit:g} s); this is the linearized plan"
         else:
             if full.value <= ub or not np.isfinite(ub):
-                best = full
+                best, best_inst = full, inst
             details["pairs_evaluated"] = full.pairs
     if like_reference:
         details["preprocessing"] = ("reference: zero-latency nodes holding memory merged into their neighbour "
                                     "(the exact lattice has too many ideals); optimal under that restriction only")
-    method = "dp_linear" if linear_only else "dp"
-    proven = not linear_only and not like_reference and not timed_out
+    proven = lat is not None and not like_reference and not timed_out
     if not np.isfinite(best.value):
         # no plan: infeasible when the search was complete (dp_linear: along its orders)
-        status = "infeasible" if proven or linear_only else "time_limit"
+        status = "infeasible" if (proven or linear_only) and not timed_out else "time_limit"
         return Plan("throughput", method, status, None, {}, seconds=time.perf_counter() - start, details=details)
-    assignment, stages = _assignment(workload, inst, best.parts)
+    assignment, stages = _assignment(workload, best_inst, best.parts)
     scored = evaluate.max_load(workload, assignment).value
     if abs(scored - best.value) > 1e-6 * max(1.0, abs(scored)):
         raise SolveError(f"internal error: DP value {best.value} but the evaluator scores the plan {scored}")
@@ -424,6 +464,35 @@ def solve(workload: Workload, linear_only: bool = False,
                 lower_bound=bound, gap=gap_of(scored, bound),
                 seconds=time.perf_counter() - start, stages=stages,
                 details={**details, "contiguous": True, "dp_value": best.value})
+
+
+def table_bytes(k: int, l: int, ideals: int) -> float:
+    """The DP's tables: value (8 bytes), back-link (4) and kind (1) per layer and ideal."""
+    return 13.0 * (k + 1) * (l + 1) * ideals
+
+
+def _lattice(workload: Workload, inst: DPInstance, k: int, l: int, ideal_limit: int, deadline: float):
+    """(lattice, instance, like_reference, why not) for the exact DP: the exact
+    preprocessing's lattice, else the reference's, within ``ideal_limit`` ideals, the
+    memory limit (the lattice and the DP's tables) and ``deadline``.  Without a lattice,
+    ``why not`` says why (None: out of time)."""
+    per_ideal = lattice.bytes_per_ideal(inst.n) + table_bytes(k, l, 1)
+    fit = int(limits.limit_bytes() // per_ideal)
+    for like_reference, most in ((False, EXACT_IDEAL_BUDGET), (True, ideal_limit)):
+        if like_reference:
+            inst = build_instance(workload, like_reference=True)
+        try:
+            lat = lattice.enumerate_ideals(inst.preds, inst.succs, limit=min(ideal_limit, most, fit),
+                                           deadline=deadline)
+        except TooManyIdeals as e:
+            why = str(e).split(":")[0]
+            continue
+        if lat is None:
+            return None, inst, like_reference, None
+        return lat, inst, like_reference, ""
+    if fit < ideal_limit:
+        why += f" that fit the memory limit ({limits.limit_bytes() / 1e9:.1f} GB, --memory-limit)"
+    return None, inst, True, why
 
 
 def _assignment(workload: Workload, inst: DPInstance, parts) -> tuple[dict[int, str], list[str]]:

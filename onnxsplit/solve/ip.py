@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import interrupt
 from ..errors import OnnxsplitError, SolveError, SplitError
 from ..plan import Plan, gap_of
 from ..workload import Workload
@@ -432,7 +433,7 @@ class _ThroughputIP:
         self.model.start = _start(self.cl, assignment, self.w, self.x)
 
     def optimize(self, seconds: float):
-        return self.model.optimize(max_seconds=max(1.0, seconds))
+        return optimize(self.model, max(1.0, seconds))
 
     def bound(self) -> float | None:
         return _finite(self.model.objective_bound)
@@ -459,16 +460,87 @@ def crossing(model, src: int, members, on):
     return y
 
 
+_Model = None  # made on first use: python-mip is imported only where a program is built
+
+
+def _model_class():
+    import mip
+
+    class Model(mip.Model):
+        """A python-mip model whose building (minutes for 10,000-node graphs) stops once
+        the command is interrupted or its caller has stopped waiting (solve/anytime.py)."""
+
+        _added = 0
+
+        def _tick(self) -> None:
+            self._added += 1
+            if not self._added & 0x3FF:
+                interrupt.check()
+
+        def add_var(self, *args, **kwargs):
+            self._tick()
+            return super().add_var(*args, **kwargs)
+
+        def add_constr(self, *args, **kwargs):
+            self._tick()
+            return super().add_constr(*args, **kwargs)
+
+    return Model
+
+
 def _new_model(solver: str, gap: float, verbose: bool):
     """An empty minimisation model on the chosen backend, stopping at relative gap ``gap``."""
     import mip
 
     if solver not in SOLVERS:
         raise OnnxsplitError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
-    model = mip.Model(sense=mip.MINIMIZE, solver_name="CBC" if solver == "cbc" else "highs")
+    global _Model
+    if _Model is None:
+        _Model = _model_class()
+    model = _Model(sense=mip.MINIMIZE, solver_name="CBC" if solver == "cbc" else "highs")
     model.verbose = int(verbose)
     model.max_mip_gap = gap
+    if solver == "highs":
+        _stop_when_interrupted(model)
     return model
+
+
+def optimize(model, seconds: float):
+    """``model.optimize`` for at most ``seconds``; Interrupted where it was stopped (see
+    :func:`_stop_when_interrupted`)."""
+    try:
+        status = model.optimize(max_seconds=seconds)
+    except KeyError:  # python-mip has no name for HiGHS's "interrupted" status
+        interrupt.check()
+        raise
+    interrupt.check()
+    return status
+
+
+_HIGHS_INTERRUPTS = (1, 2, 6)  # HiGHS's kCallback{Simplex,Ipm,Mip}Interrupt
+
+
+def _stop_when_interrupted(model) -> None:
+    """HiGHS stops at its next interrupt callback once the command is interrupted or the
+    solve's caller has stopped waiting (onnxsplit.interrupt); without this, Ctrl-C or a
+    time limit waits for the native call to return."""
+    try:
+        from mip.highs import ffi
+
+        solver = model.solver
+        stop = interrupt.stop_event()
+
+        def on_callback(kind, message, data_out, data_in, user):
+            if data_in != ffi.NULL and interrupt.stopped(stop):
+                data_in.user_interrupt = 1
+
+        callback = ffi.callback("HighsCCallbackType", on_callback)
+        solver._lib.Highs_setCallback(solver._model, callback, ffi.NULL)
+        for kind in _HIGHS_INTERRUPTS:
+            solver._lib.Highs_startCallback(solver._model, kind)
+        model._onnxsplit_interrupt = callback  # kept alive as long as the model
+    except Exception:  # another python-mip or HiGHS: run without it
+        pass
 
 
 def _status_label(solved: bool, gap: float | None) -> str:
@@ -705,7 +777,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
         a, pc = start_plan
         model.start = [(var, 1.0 if _slot_of(w, a, pc, v) == s else 0.0) for (v, s), var in x.items()]
     left = time_limit - (time.perf_counter() - start_time)
-    status = model.optimize(max_seconds=max(1.0, left))
+    status = optimize(model, max(1.0, left))
     method = "ip"
     bound = _finite(model.objective_bound)
     bound = max(bound, floor) if bound is not None else floor

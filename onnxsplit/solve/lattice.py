@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import interrupt
 from ..errors import TooManyIdeals
 
 DEFAULT_IDEAL_LIMIT = 1_000_000
@@ -44,7 +45,16 @@ class Lattice:
         return out
 
 
-def enumerate_ideals(preds: list[list[int]], succs: list[list[int]], limit: int = DEFAULT_IDEAL_LIMIT) -> Lattice:
+def bytes_per_ideal(n: int) -> float:
+    """What one ideal of an ``n``-item graph takes while enumerated and packed: its mask
+    (n bits), the dict entry finding it, its lists of additions and of down-links."""
+    return n / 8 + 400.0
+
+
+def enumerate_ideals(preds: list[list[int]], succs: list[list[int]], limit: int = DEFAULT_IDEAL_LIMIT,
+                     deadline: float = float("inf")) -> Lattice | None:
+    """Every ideal (down-closed item set) and its down-links; TooManyIdeals beyond
+    ``limit``, None once ``deadline`` (a time.perf_counter() value) passes."""
     n = len(preds)
     pred_mask = [0] * n
     for v in range(n):
@@ -56,6 +66,8 @@ def enumerate_ideals(preds: list[list[int]], succs: list[list[int]], limit: int 
     down: list[list[tuple[int, int]]] = [[]]
     i = 0
     while i < len(masks):
+        if (i & 0xFFF) == 0 and interrupt.past(deadline):
+            return None
         mask = masks[i]
         adds = addable[i]
         addable[i] = None

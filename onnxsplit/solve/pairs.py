@@ -66,7 +66,7 @@ def _best_division(w: Workload, cl, cls_dev: np.ndarray, d1: int, d2: int, solve
     returns nothing."""
     import mip
 
-    from .ip import _new_model, crossing
+    from .ip import _new_model, crossing, optimize
 
     k = w.num_accelerators
     free = [g for g in range(cl.n) if cls_dev[g] in (d1, d2)]
@@ -104,7 +104,7 @@ def _best_division(w: Workload, cl, cls_dev: np.ndarray, d1: int, d2: int, solve
         model += T >= mip.xsum(float(cost[g]) * x[g, d] for g in free if (g, d) in x) + mip.xsum(comm[d])
     model.objective = T
     model.start = [(var, 1.0 if cls_dev[g] == d else 0.0) for (g, d), var in x.items()]
-    model.optimize(max_seconds=max(0.5, min(seconds, PAIR_SECONDS)))
+    optimize(model, max(0.5, min(seconds, PAIR_SECONDS)))
     if model.num_solutions == 0:
         return None
     new = cls_dev.copy()

@@ -105,7 +105,7 @@ class _Graph:
         return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _convex(dev, d, order, pred_ptr, pred_idx) -> bool:
     """No path leaves accelerator d's part and comes back (its nodes make one call)."""
     n = len(dev)
@@ -125,7 +125,7 @@ def _convex(dev, d, order, pred_ptr, pred_idx) -> bool:
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _latency(dev, k, order, pred_ptr, pred_idx, succ_ptr, succ_idx, acc, cpu, cost) -> float:
     """The latency model with one call per accelerator (CPU nodes each on their own, in
     parallel): a call starts when every tensor it receives is ready, then receives,

@@ -95,7 +95,7 @@ def _reordered(cl, rank: np.ndarray):
         hyper=[(int(rank[src]), tuple(int(rank[g]) for g in m), wt, b) for src, m, wt, b in cl.hyper])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _boundary_table(n, ptr, members, weight):
     """comm[a, b]: the tensors crossing the boundary of classes a..b-1 (each once)."""
     incident_ptr = np.zeros(n + 1, dtype=np.int64)
@@ -128,7 +128,7 @@ def _boundary_table(n, ptr, members, weight):
     return comm
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _middle_dp(acc_pre, cpu_pre, mem_pre, uns_pre, comm, i, k, l, memory):
     """f[j, m, c]: the least max load splitting classes i..j-1 into m accelerator and c
     CPU segments; choice[j, m, c]: where the last segment starts (negative: a CPU one)."""
@@ -156,7 +156,7 @@ def _middle_dp(acc_pre, cpu_pre, mem_pre, uns_pre, comm, i, k, l, memory):
     return f, choice
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _best_ring(acc_pre, cpu_pre, mem_pre, uns_pre, comm, starts, k, l, memory):
     """(least max load, i, j): the ring part holds classes ..i-1 and j.., the middle i..j-1."""
     n = len(acc_pre) - 1

@@ -27,6 +27,7 @@ import time
 import numpy as np
 from numba import njit
 
+from .. import interrupt
 from ..errors import SolveError
 from ..plan import Plan
 from ..workload import Workload
@@ -76,7 +77,7 @@ def cut_sequence(w: Workload, seq, slots: int, can_cut: np.ndarray | None = None
     return value, segments[::-1]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, call_times, mem):
     L = len(acc)
     inf = np.inf
@@ -186,11 +187,12 @@ def longest_paths(w: Workload, weight: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 # ---- the plan ----------------------------------------------------------------------------------
 
-def sequence_split(w: Workload, objective: str = "latency") -> Plan:
+def sequence_split(w: Workload, objective: str = "latency", time_limit: float | None = None) -> Plan:
     """Cut a topological order of the inseparable blocks (colour classes together) into
     segments, each accelerator taking at most one: the least latency of running the
     segments one after another.  Scored by the evaluator (which lets independent calls
-    overlap, so its latency is at most the DP's)."""
+    overlap, so its latency is at most the DP's).  Past ``time_limit`` no further order is
+    tried."""
     from .baselines import finish, inseparable_blocks
 
     start = time.perf_counter()
@@ -200,7 +202,10 @@ def sequence_split(w: Workload, objective: str = "latency") -> Plan:
     order_pos = np.empty(w.n, dtype=np.int64)
     order_pos[list(w.topological_order)] = np.arange(w.n)
     best = (np.inf, None, None)
+    deadline = start + time_limit if time_limit else np.inf
     for block_order in _block_orders(blocks, order_pos):
+        if best[1] is not None and interrupt.past(deadline):
+            break
         seq, can_cut = [], []
         for b in block_order:
             members = sorted(blocks.members[b].tolist(), key=lambda v: order_pos[v])
@@ -229,13 +234,14 @@ def sequence_split(w: Workload, objective: str = "latency") -> Plan:
 RANDOM_ORDERS = 64  # seeded: the same orders on every run
 
 
-def _block_orders(blocks, order_pos: np.ndarray) -> list[list[int]]:
+def _block_orders(blocks, order_pos: np.ndarray):
     """Distinct topological orders of the blocks, whose cuts differ: the reference's
     (depth-first-ish), ready blocks taken earliest-first and latest-first, and
     RANDOM_ORDERS random ones (each step continues the newest ready block with probability
     0, 1/2 or 9/10, or takes any ready one); each also with its source blocks moved late
     (:func:`sources_late`).  On Inception-v3 the random ones cut 1312 to 1279: which of a
-    module's branches ends up next to the following module decides what one call holds."""
+    module's branches ends up next to the following module decides what one call holds.
+    Made one at a time (the caller may stop at its deadline), each distinct order once."""
     import random
 
     nb, succ = len(blocks.members), blocks.succ
@@ -244,17 +250,35 @@ def _block_orders(blocks, order_pos: np.ndarray) -> list[list[int]]:
     for b in range(nb):
         for t in succ[b]:
             indegree[t] += 1
-    orders = [list(blocks.order)]
-    for sign in (1, -1):
-        orders.append(_kahn(succ, indegree, lambda ready, sign=sign: min(
-            range(len(ready)), key=lambda j: (sign * first[ready[j]], ready[j]))))
-    rng = random.Random(0)
-    for i in range(RANDOM_ORDERS if nb > 1 else 0):
-        newest = (0.0, 0.5, 0.9)[i % 3]
-        orders.append(_kahn(succ, indegree, lambda ready, newest=newest: (
-            len(ready) - 1 if rng.random() < newest else rng.randrange(len(ready)))))
-    orders += [sources_late(order, succ, indegree) for order in orders]
-    return [list(o) for o in dict.fromkeys(tuple(o) for o in orders if len(o) == nb)]
+    seen: set[tuple[int, ...]] = set()
+
+    def fresh(order):
+        key = tuple(order)
+        if len(key) == nb and key not in seen:
+            seen.add(key)
+            return True
+        return False
+
+    def base():
+        yield list(blocks.order)
+        for sign in (1, -1):
+            yield _kahn(succ, indegree, lambda ready, sign=sign: min(
+                range(len(ready)), key=lambda j: (sign * first[ready[j]], ready[j])))
+        rng = random.Random(0)
+        for i in range(RANDOM_ORDERS if nb > 1 else 0):
+            newest = (0.0, 0.5, 0.9)[i % 3]
+            yield _kahn(succ, indegree, lambda ready, newest=newest: (
+                len(ready) - 1 if rng.random() < newest else rng.randrange(len(ready))))
+
+    made = []
+    for order in base():
+        made.append(order)
+        if fresh(order):
+            yield list(order)
+    for order in made:
+        late = sources_late(order, succ, indegree)
+        if fresh(late):
+            yield list(late)
 
 
 def _kahn(succ, indegree: np.ndarray, choose) -> list[int]:

@@ -244,7 +244,7 @@ def _adjacency(n: int, nh: int, ptr: np.ndarray, members: np.ndarray):
             np.array([j for _, _, j in ends], dtype=np.int64))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _capped_distances(u, n, adj_ptr, adj_node, adj_edge, length):
     """min(1, shortest distance from class u) to every class; member <-> hub costs length / 2."""
     total = len(adj_ptr) - 1

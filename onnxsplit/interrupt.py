@@ -1,0 +1,157 @@
+"""Ctrl-C ends any command within 2 s, leaving no output folder and no child process.
+
+Python runs a signal handler only between bytecodes of the main thread, so a long native
+call there (a MIP solve, a numba kernel, an onnxruntime run) would keep Ctrl-C waiting
+until it returns.  The command's body therefore runs in a worker thread (:func:`run`)
+while the main thread only waits.  On SIGINT the main thread sets :data:`CANCEL`, which
+the solvers' loops see through :func:`check` / :func:`past` (and :func:`stopped`), gives the worker GRACE_S to
+unwind through its ``finally`` blocks, then removes what is still registered
+(:func:`cleanup_on_exit`: staging folders, temporary files, child processes) and ends the
+process at once (exit status 130).  Used as a library (no :func:`run`), KeyboardInterrupt behaves as usual.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+GRACE_S = 1.2  # for the worker to unwind by itself before the process is ended
+CANCEL = threading.Event()
+
+_lock = threading.Lock()
+_registered: dict[int, Any] = {}
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised in the worker once the command has been interrupted (or, in a thread that
+    :func:`adopt` gave a stop event, once that is set)."""
+
+
+_local = threading.local()
+
+
+def adopt(stop: threading.Event) -> None:
+    """From now on :func:`check` in this thread also raises once ``stop`` is set (a solve
+    whose caller has stopped waiting for it: solve/anytime.py)."""
+    _local.stop = stop
+
+
+def stop_event() -> threading.Event | None:
+    """This thread's stop event (for callbacks that run elsewhere: see :func:`stopped`)."""
+    return getattr(_local, "stop", None)
+
+
+def stopped(stop: threading.Event | None = None) -> bool:
+    """Whether the command was interrupted or ``stop`` (default: this thread's) is set."""
+    stop = stop if stop is not None else getattr(_local, "stop", None)
+    return CANCEL.is_set() or (stop is not None and stop.is_set())
+
+
+def check() -> None:
+    """Raise :class:`Interrupted` once the command was interrupted (cheap: call it in loops)."""
+    if stopped():
+        raise Interrupted()
+
+
+def past(deadline: float) -> bool:
+    """Whether ``deadline`` (a time.perf_counter() value) has passed; raises
+    :class:`Interrupted` once the command was interrupted."""
+    check()
+    return time.perf_counter() > deadline
+
+
+@contextmanager
+def cleanup_on_exit(thing: Any) -> Iterator[Any]:
+    """While the block runs, ``thing`` (a path, or a process with ``kill``) is removed or
+    killed should the process be ended by an interrupt before the block's own cleanup."""
+    key = id(thing)
+    with _lock:
+        _registered[key] = thing
+    try:
+        yield thing
+    finally:
+        with _lock:
+            _registered.pop(key, None)
+
+
+def register(thing: Any) -> None:
+    """As :func:`cleanup_on_exit`, until :func:`unregister` (for objects that live long)."""
+    with _lock:
+        _registered[id(thing)] = thing
+
+
+def unregister(thing: Any) -> None:
+    with _lock:
+        _registered.pop(id(thing), None)
+
+
+def _remove_registered() -> None:
+    with _lock:
+        things = list(_registered.values())
+        _registered.clear()
+    for thing in things:
+        try:
+            if hasattr(thing, "kill"):
+                thing.kill()
+            elif isinstance(thing, (str, Path)):
+                p = Path(thing)
+                if p.is_dir() and not p.is_symlink():
+                    # moved aside first: the worker, still running, can add nothing to it
+                    # by name any more
+                    gone = p.with_name(p.name + ".interrupted")
+                    p.rename(gone)
+                    for _ in range(5):
+                        shutil.rmtree(gone, ignore_errors=True)
+                        if not gone.exists():
+                            break
+                else:
+                    p.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def run(body: Callable[[], int]) -> int:
+    """``body()`` in a worker thread, the main thread watching for Ctrl-C (see above)."""
+    if threading.current_thread() is not threading.main_thread():
+        return body()  # signals reach only the main thread: nothing to watch for here
+    CANCEL.clear()
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["value"] = body()
+        except BaseException as e:  # handed to the main thread
+            outcome["error"] = e
+
+    worker = threading.Thread(target=work, name="onnxsplit command", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+    except KeyboardInterrupt:
+        CANCEL.set()
+        end = time.monotonic() + GRACE_S
+        while worker.is_alive() and time.monotonic() < end:
+            try:
+                worker.join(0.05)
+            except KeyboardInterrupt:  # a second Ctrl-C: end now
+                break
+        # ended here, whether the worker unwound or is stuck in a native call: threads it
+        # started may still run inside onnxruntime, whose teardown at a normal exit aborts
+        _remove_registered()
+        print("onnxsplit: interrupted", file=sys.stderr)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

@@ -1,0 +1,100 @@
+"""Every solve returns by its time limit, with the best plan it had so far.
+
+The methods watch the clock themselves where they can (phases share the limit, loops look
+at it, native solvers get what is left), but some steps cannot be cut short from inside:
+building a large integer program, one pass of a kernel.  :func:`within` is the backstop:
+the method runs in a thread of its own; if it has not returned GRACE after the limit, the
+caller gets the best valid plan the method offered on the way (:func:`offer`: warm
+starts, improved incumbents; else the whole model on one device where that is valid) with
+status "time_limit", and the method's thread is told to stop (its loops and HiGHS's interrupt callback see :func:`onnxsplit.interrupt.check`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from .. import interrupt
+from ..plan import Plan
+from ..workload import Workload
+from . import evaluate
+
+
+STOP_WAIT_S = 0.5  # for a method told to stop, before the caller goes on without it
+
+
+def grace(time_limit: float) -> float:
+    """How long after its limit a method may still return by itself."""
+    return 0.25 + min(2.0, 0.05 * time_limit)
+
+
+class _Offers:
+    def __init__(self, workload: Workload, objective: str):
+        self.workload, self.objective = workload, objective
+        self.best: tuple[float, dict[int, str], str] | None = None
+        self.lock = threading.Lock()
+
+    def offer(self, assignment: dict[int, str] | None, by: str) -> None:
+        if not assignment or evaluate.check(self.workload, assignment):
+            return
+        value = evaluate.score(self.workload, assignment, self.objective).value
+        with self.lock:
+            if self.best is None or value < self.best[0]:
+                self.best = (value, dict(assignment), by)
+
+
+_local = threading.local()
+
+
+def offer(assignment: dict[int, str] | None, by: str) -> None:
+    """A valid plan the running method has in hand (scored and checked here); a no-op
+    outside :func:`within`."""
+    offers = getattr(_local, "offers", None)
+    if offers is not None:
+        offers.offer(assignment, by)
+
+
+def within(time_limit: float | None, workload: Workload, objective: str, method: str,
+           solve: Callable[[], Plan]) -> Plan:
+    """``solve()``, or past ``time_limit`` + :func:`grace` the best plan it offered."""
+    if not time_limit or getattr(_local, "offers", None) is not None:
+        return solve()  # no limit, or inside an outer solve: its watch holds
+    began = time.perf_counter()
+    offers = _Offers(workload, objective)
+    stop = threading.Event()
+    done = threading.Event()
+    outcome: dict = {}
+
+    def work() -> None:
+        _local.offers = offers
+        interrupt.adopt(stop)
+        try:
+            outcome["plan"] = solve()
+        except BaseException as e:  # handed to the caller (unless it has moved on)
+            outcome["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name=f"solve:{method}", daemon=True).start()
+    done.wait(time_limit + grace(time_limit))
+    if done.is_set():
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["plan"]
+    stop.set()
+    done.wait(STOP_WAIT_S)  # most stop at once: not left running beside what comes next
+    interrupt.check()  # Ctrl-C rather than a late plan
+    if offers.best is None:  # the model whole on one device, where that is a valid plan
+        for device in ("cpu0", "acc0"):
+            offers.offer({int(i): device for i in workload.ids}, f"the fallback: all on {device}")
+            if offers.best is not None:
+                break
+    seconds = time.perf_counter() - began
+    why = f"{method} ran past its time limit ({time_limit:g} s) and was stopped"
+    if offers.best is None:
+        return Plan(objective, method, "time_limit", None, {}, seconds=seconds,
+                    details={"stopped": why + " before it had a plan"})
+    value, assignment, by = offers.best
+    return Plan(objective, method, "time_limit", value, assignment, seconds=seconds,
+                details={"stopped": f"{why}; this is the best plan it had ({by})"})

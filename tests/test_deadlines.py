@@ -1,0 +1,254 @@
+"""Limits are kept: solves return by their time limit with their best plan, Ctrl-C ends a
+command within 2 s, memory is estimated before it is allocated, files are written whole."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from onnxsplit import api, interrupt, limits
+from onnxsplit.export import FORMAT
+from onnxsplit.files import write_atomic
+from onnxsplit.plan import Plan
+from onnxsplit.solve import anytime, dp, evaluate
+from onnxsplit.workload import Workload
+from workloads import diamond, edge, node, workload
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location("make_large_workload",
+                                               os.path.join(ROOT, "tools", "make_large_workload.py"))
+large = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(large)
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory):
+    """About 6,000 transformer-like nodes: the linearized DP alone takes seconds."""
+    path = tmp_path_factory.mktemp("big") / "w.json"
+    path.write_text(json.dumps(large.build(6000, 4, 2, 0.3, seed=1)))
+    return path
+
+
+def _started(argv, wait_for: float, **env):
+    env = dict(os.environ, PYTHONPATH=ROOT, **env)
+    p = subprocess.Popen([sys.executable, "-m", "onnxsplit", *argv], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                         # as in a terminal, even where the tests run in the background
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(wait_for)
+    assert p.poll() is None, p.communicate()
+    return p
+
+
+@pytest.mark.parametrize("method", ["dp_linear", "ip", "local_search"])
+def test_ctrl_c_ends_a_long_solve_within_two_seconds(big_file, method):
+    p = _started(["solve", str(big_file), "--method", method, "--time-limit", "120"], wait_for=4.0)
+    t0 = time.perf_counter()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert time.perf_counter() - t0 <= 2.0
+    assert p.returncode == 130
+    assert err.strip().splitlines() == ["onnxsplit: interrupted"], err
+    assert out == ""
+
+
+def test_an_interrupted_write_leaves_no_plan_file(big_file, tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text("the user's\n")
+    p = _started(["solve", str(big_file), "--method", "ip", "--time-limit", "120", "-o", str(plan)],
+                 wait_for=4.0)
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=30)
+    assert plan.read_text() == "the user's\n"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["plan.json"]
+
+
+@pytest.mark.parametrize("method,objective", [("ip", "throughput"), ("ip", "latency"),
+                                              ("local_search", "throughput"), ("dp", "throughput"),
+                                              ("scotch", "throughput")])
+def test_a_solve_returns_by_its_time_limit_with_a_valid_plan(big_file, method, objective):
+    w = Workload.from_paper_json(big_file)
+    limit = 4.0
+    t0 = time.perf_counter()
+    try:
+        plan = api.solve(w, objective, method, time_limit=limit)
+    except api.OnnxsplitError as e:  # a missing partitioner
+        pytest.skip(str(e))
+    took = time.perf_counter() - t0
+    assert took <= limit + anytime.grace(limit) + anytime.STOP_WAIT_S + 0.5, took
+    assert plan.assignment and not evaluate.check(w, plan.assignment)
+    assert plan.value == pytest.approx(evaluate.score(w, plan.assignment, objective).value)
+
+
+def test_a_method_that_overruns_returns_the_best_plan_it_offered():
+    w = Workload.from_paper_json(diamond())
+    good = {1: "acc0", 2: "acc0", 3: "acc0", 4: "acc0"}
+    worse = {1: "cpu0", 2: "cpu0", 3: "cpu0", 4: "cpu0"}
+    ended = threading.Event()
+
+    def stuck() -> Plan:
+        anytime.offer(worse, "first")
+        anytime.offer({1: "nowhere"}, "an invalid one")  # not a plan: never returned
+        anytime.offer(good, "second")
+        try:
+            while True:
+                interrupt.check()
+                time.sleep(0.01)
+        finally:
+            ended.set()
+
+    t0 = time.perf_counter()
+    plan = anytime.within(1.0, w, "throughput", "stuck", stuck)
+    assert time.perf_counter() - t0 <= 1.0 + anytime.grace(1.0) + anytime.STOP_WAIT_S + 0.2
+    assert plan.status == "time_limit" and plan.assignment == good
+    assert plan.value == evaluate.max_load(w, good).value
+    assert "second" in plan.details["stopped"]
+    assert ended.wait(1.0)  # and the method's thread was told to stop
+
+
+def test_a_method_that_overruns_before_any_plan_falls_back_to_the_model_whole():
+    w = Workload.from_paper_json(diamond())
+    plan = anytime.within(0.2, w, "latency", "stuck", lambda: time.sleep(3) or None)
+    assert plan.status == "time_limit" and plan.assignment == {i: "cpu0" for i in (1, 2, 3, 4)}
+    assert plan.value == evaluate.latency(w, plan.assignment).value
+    assert "fallback" in plan.details["stopped"]
+    # no CPU, and a node no accelerator runs: no plan at all, and it says so
+    w = Workload.from_paper_json(workload([node(1), node(2, supported=False)], [edge(1, 2)], k=1, l=0))
+    plan = anytime.within(0.2, w, "throughput", "stuck", lambda: time.sleep(3) or None)
+    assert plan.status == "time_limit" and plan.value is None and not plan.assignment
+    assert "before it had a plan" in plan.details["stopped"]
+
+
+def test_errors_inside_the_limit_reach_the_caller():
+    w = Workload.from_paper_json(diamond())
+
+    def fails():
+        raise api.SolveError("no plan here")
+
+    with pytest.raises(api.SolveError, match="no plan here"):
+        anytime.within(5.0, w, "throughput", "fails", fails)
+
+
+def test_more_devices_than_nodes_are_clamped_exactly():
+    """A cluster of 100,000 accelerators and cores: the DP's table is sized by the nodes,
+    and the value is that of as many devices as nodes."""
+    huge = Workload.from_paper_json(diamond(k=100_000, l=100_000))
+    enough = Workload.from_paper_json(diamond(k=4, l=4))
+    t0 = time.perf_counter()
+    a, b = dp.solve(huge), dp.solve(enough)
+    assert time.perf_counter() - t0 < 10
+    assert a.value == pytest.approx(b.value) and a.status == b.status == "optimal"
+
+
+def test_the_dp_table_is_measured_against_the_memory_limit():
+    w = Workload.from_paper_json(diamond())
+    try:
+        limits.set_limit(1e-9)  # 1 byte
+        with pytest.raises(api.OnnxsplitError, match="memory limit"):
+            dp.solve(w, linear_only=True)
+    finally:
+        limits.set_limit(None)
+
+
+def test_an_exact_dp_over_the_memory_limit_falls_back_to_the_linearized_plan():
+    # a wide graph: 12 independent nodes have 4096 ideals; the chain has 13 prefixes
+    nodes = [node(i, cpu=10 + i, acc=1 + i) for i in range(1, 13)]
+    w = Workload.from_paper_json(workload(nodes, [], k=2, l=1))
+    chain_bytes = dp.table_bytes(2, 1, 13)
+    try:
+        limits.set_limit(3 * chain_bytes / 1e9)
+        plan = dp.solve(w)
+    finally:
+        limits.set_limit(None)
+    assert plan.status == "feasible" and plan.value is not None
+    assert "memory limit" in plan.details["stopped"]
+    assert plan.value == pytest.approx(dp.solve(w, linear_only=True).value)
+
+
+def test_memory_limit_option_is_read_and_checked(tmp_path, capsys):
+    from onnxsplit.cli import main
+
+    f = tmp_path / "w.json"
+    f.write_text(json.dumps(diamond()))
+    assert main(["solve", str(f), "--method", "dp_linear", "--memory-limit", "0.000000001"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "memory limit" in err[0] and err[0].startswith("onnxsplit: error: ")
+    assert main(["solve", str(f), "--method", "dp_linear", "--memory-limit", "-1"]) == 2
+    assert "positive" in capsys.readouterr().err
+
+
+def test_write_atomic_leaves_the_previous_file_when_the_write_fails(tmp_path, monkeypatch):
+    f = tmp_path / "plan.json"
+    f.write_text("before\n")
+
+    def broken(*a):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError):
+        write_atomic(f, "after\n")
+    assert f.read_text() == "before\n" and [x.name for x in tmp_path.iterdir()] == ["plan.json"]
+    monkeypatch.undo()
+    write_atomic(f, "after\n")
+    assert f.read_text() == "after\n"
+
+
+def test_local_search_descends_to_the_same_plan_in_chunks():
+    """The clock is read between chunks of moves: without a deadline the plan is the one
+    a single descent gives."""
+    from onnxsplit.solve import baselines
+
+    nodes = [node(i, cpu=5 + (i * 7) % 11, acc=1 + i % 3, size=1.0) for i in range(1, 40)]
+    edges = [edge(i, i + 1) for i in range(1, 39)] + [edge(i, i + 5) for i in range(1, 34, 3)]
+    w = Workload.from_paper_json(workload(nodes, edges, k=3, l=2, mem=9.0))
+    g = baselines.class_graph(w)
+    import numpy as np
+
+    start = baselines._random_start(g, w, np.random.default_rng(3))
+    one, chunked = baselines.ClassState(g, w, start.copy()), baselines.ClassState(g, w, start.copy())
+    one.repair(), chunked.repair()
+    moves = int(baselines._descend(*one._args(), 1_000_000))
+    assert moves > baselines.DESCEND_CHUNK or moves == chunked.descend()
+    assert (one.dev == chunked.dev).all()
+
+
+@pytest.mark.parametrize("phase", ["profiling", "calibrating", "exporting", "verifying"])
+def test_an_interrupted_main_command_leaves_the_previous_output(tmp_path, phase):
+    """Ctrl-C while profiling, calibrating, writing or verifying the parts: within 2 s,
+    the previous parts folder as it was, nothing half-written beside it (or, where the
+    command had just finished, the new one whole)."""
+    from onnx_models import mlp
+
+    model = mlp(tmp_path / "m.onnx", layers=12, batch=64, width=512)
+    out = tmp_path / "parts"
+    out.mkdir()
+    (out / "manifest.json").write_text(json.dumps({"format": FORMAT}))  # as onnxsplit wrote it
+    p = _started([str(model), "--out", str(out), "--force"], wait_for=0.0,
+                 ONNXSPLIT_CACHE_DIR=str(tmp_path / "cache"))
+    said = []
+    for line in p.stderr:  # its progress lines
+        said.append(line)
+        if line.startswith(phase):
+            break
+    assert said and said[-1].startswith(phase), said
+    t0 = time.perf_counter()
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert time.perf_counter() - t0 <= 2.0
+    err = "".join(said) + err
+    assert "Traceback" not in err
+    assert sorted(x.name for x in tmp_path.iterdir() if x.name.startswith(".")) == []
+    if p.returncode in (0, -signal.SIGINT):  # it had finished: the new parts, whole
+        assert phase == "verifying", err
+        assert "parts" in json.loads((out / "manifest.json").read_text())
+        return
+    assert p.returncode == 130 and err.strip().splitlines()[-1] == "onnxsplit: interrupted", err
+    assert [x.name for x in out.iterdir()] == ["manifest.json"]
