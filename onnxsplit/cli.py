@@ -373,6 +373,10 @@ def _run(args) -> int:
     result = run_parts(args.parts, model=args.model, samples=args.samples, warmup=args.warmup,
                        measure=not args.no_measure)
     bad = not result["verify"]["ok"]
+    if bad:  # also on stderr: a script sees why the exit status is 1
+        v = result["verify"]
+        print(f"onnxsplit: check failed: the parts do not reproduce the model (max abs error "
+              f"{v['max_abs_error']:.2g} above {_tolerance_text(v)})", file=sys.stderr)
     if args.json:
         print(json.dumps(result))
         return 1 if bad else 0

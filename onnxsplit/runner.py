@@ -94,13 +94,15 @@ def _manifest_problem(m: Mapping[str, Any]) -> str | None:
     model = m.get("model")
     if not isinstance(model, dict):
         return "'model' must be an object"
+    if not isinstance(model.get("path"), str) or not model["path"]:
+        return "model.path must name the original model file"
     for key in ("inputs", "outputs"):
         if (why := tensors(model.get(key), f"model.{key}")):
             return why
     for i, t in enumerate(model["inputs"]):
-        if not isinstance(t.get("shape"), list) or not all(isinstance(d, int) for d in t["shape"]) \
-                or not isinstance(t.get("dtype"), str):
-            return f"model.inputs[{i}] needs a 'dtype' and a 'shape' of integers"
+        if not isinstance(t.get("shape"), list) or not isinstance(t.get("dtype"), str) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in t["shape"]):
+            return f"model.inputs[{i}] needs a 'dtype' and a 'shape' of integers >= 0"
     parts = m.get("parts")
     if not isinstance(parts, list) or not parts:
         return "'parts' must be a non-empty list"

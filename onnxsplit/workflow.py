@@ -418,7 +418,11 @@ def read_plan_file(path: str | Path, graph, workload) -> Plan:
         raise SplitError(f"{path}: node '{key}' is not in the model")
 
     assignment = {node_id(k): str(v) for k, v in data["assignment"].items()}
-    pieces = {node_id(k): int(v) for k, v in (data.get("pieces") or {}).items()}
+    raw_pieces = data.get("pieces") or {}
+    if not isinstance(raw_pieces, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in raw_pieces.values()):
+        raise SplitError(f"{path}: 'pieces' must map nodes to call numbers (integers from 0)")
+    pieces = {node_id(k): v for k, v in raw_pieces.items()}
     missing = [graph.nodes[i].name for i in range(len(graph.nodes)) if i not in assignment]
     if missing:
         raise SplitError(f"{path}: node '{missing[0]}' is not placed"
@@ -439,8 +443,24 @@ def read_plan_file(path: str | Path, graph, workload) -> Plan:
     if isinstance(execution, dict):
         details["execution"] = {k: execution[k] for k in ("cpu_threads", "optimization",
                                                           "replicas", "run_as") if k in execution}
+        problem = _execution_problem(details["execution"])
+        if problem:
+            raise SplitError(f"{path}: details.execution.{problem}")
     return Plan(objective, "given", "feasible", value, assignment, pieces=pieces,
                 details=details)
+
+
+def _execution_problem(execution: Mapping[str, Any]) -> str | None:
+    """What is wrong with a plan file's ``details.execution`` (None: nothing)."""
+    for key in ("cpu_threads", "replicas"):
+        v = execution.get(key, 1)
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if key == "cpu_threads" else 1):
+            return f"{key} must be an integer ({'0 or more' if key == 'cpu_threads' else '1 or more'})"
+    if execution.get("optimization", "all") not in ("all", "disabled"):  # as the manifest
+        return "optimization must be 'all' or 'disabled'"
+    if execution.get("run_as", "pipeline") not in ("pipeline", "session"):
+        return "run_as must be pipeline or session"
+    return None
 
 
 def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = False,

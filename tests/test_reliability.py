@@ -77,3 +77,29 @@ def test_tolerance_by_dtype():
     ints = {"i": np.array([3, 4], np.int64)}
     off = compare_outputs({"i": np.array([3, 5], np.int64)}, ints)
     assert not verify_tolerance(off, accelerated=True)["ok"]
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda p: p.update(assignment=[1, 2]), "'assignment' object"),
+    (lambda p: p.update(pieces={"x": "one"}), "'pieces'"),
+    (lambda p: p.update(pieces=[0]), "'pieces'"),
+    (lambda p: p["details"].update(execution={"cpu_threads": "two"}), "cpu_threads"),
+    (lambda p: p["details"].update(execution={"replicas": 0}), "replicas"),
+    (lambda p: p["details"].update(execution={"run_as": "cluster"}), "run_as"),
+    (lambda p: p["details"].update(execution={"optimization": "max"}), "optimization"),
+    (lambda p: p.update(objective="speed"), "objective"),
+    (lambda p: p["assignment"].update({"no_such_node": "cpu0"}), "not in the model"),
+])
+def test_a_damaged_plan_file_is_one_line(tmp_path, capsys, monkeypatch, edit, needle):
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    g = OpGraph.from_onnx(model)
+    plan = {"objective": "throughput", "assignment": {n.name: "cpu0" for n in g.nodes},
+            "details": {}}
+    edit(plan)
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(plan))
+    line = one_line_error(capsys, ["export", str(model), "--plan", str(f), "--out",
+                                   str(tmp_path / "p"), "--no-verify", "--quiet"])
+    assert needle in line and str(f) in line
+    assert not (tmp_path / "p").exists()

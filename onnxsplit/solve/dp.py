@@ -38,7 +38,7 @@ from .. import interrupt, limits
 from ..errors import SolveError, TooManyIdeals
 from ..plan import Plan, gap_of
 from ..workload import Workload
-from . import evaluate, lattice, preprocess
+from . import anytime, evaluate, lattice, preprocess
 from .bounds import max_load_lower_bound
 
 # the kernel runs without the GIL (the main thread keeps watching for Ctrl-C) and takes it
@@ -416,6 +416,8 @@ def solve(workload: Workload, linear_only: bool = False,
             break
         if best is None or res.value < best.value:
             best = res
+            if np.isfinite(res.value):  # in hand should the method be stopped (anytime.py)
+                anytime.offer(_assignment(workload, inst, res.parts)[0], "a linearized DP order")
     details: dict = {}
     if best is None:
         details["stopped"] = f"ran out of time ({time_limit:g} s) before the first plan"
@@ -459,7 +461,8 @@ def solve(workload: Workload, linear_only: bool = False,
     if problems:
         raise SolveError("internal error: DP plan is invalid: " + problems[0])
     status = "optimal" if proven else ("time_limit" if timed_out else "feasible")
-    bound = scored if proven else min(scored, max_load_lower_bound(workload))
+    # the bound takes seconds on 10,000 nodes: not once the time is up
+    bound = scored if proven else (None if timed_out else min(scored, max_load_lower_bound(workload)))
     return Plan("throughput", method, status, scored, assignment,
                 lower_bound=bound, gap=gap_of(scored, bound),
                 seconds=time.perf_counter() - start, stages=stages,
