@@ -71,8 +71,16 @@ def _at_least(low: int):
     return parse
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments end as one line naming the problem (and the command's --help)."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"onnxsplit: error: {message} (see '{self.prog} --help')\n")
+        sys.exit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="onnxsplit", description=DESCRIPTION, epilog=EPILOG,
+    p = _Parser(prog="onnxsplit", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -256,6 +264,14 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("split", help='split JSON: {"fpgas": [{"nodes": [...]}], "cpus": [...]} or a plan')
     e.add_argument("--objective", default="throughput", choices=["throughput", "latency"])
     return p
+
+
+def entry() -> None:
+    """The ``onnxsplit`` command: :func:`main`, then the process ends (at once where a
+    solve that was stopped at its time limit still runs: see interrupt.finish)."""
+    from .interrupt import finish
+
+    finish(main())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -116,6 +116,29 @@ def _remove_registered() -> None:
             pass
 
 
+_abandoned: list[threading.Thread] = []
+
+
+def abandon(thread: threading.Thread) -> None:
+    """``thread`` was told to stop (its caller went on without it) but may still run."""
+    _abandoned.append(thread)
+
+
+def finish(code: int) -> None:
+    """End the process with ``code``.  Where a stopped solve still runs (a native call
+    that takes a while to see the stop, gigabytes it would free one object at a time),
+    the process ends at once, its output flushed, instead of waiting for it."""
+    if any(t.is_alive() for t in _abandoned):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        _remove_registered()
+        os._exit(code)
+    sys.exit(code)
+
+
 def run(body: Callable[[], int]) -> int:
     """``body()`` in a worker thread, the main thread watching for Ctrl-C (see above)."""
     if threading.current_thread() is not threading.main_thread():

@@ -252,3 +252,25 @@ def test_an_interrupted_main_command_leaves_the_previous_output(tmp_path, phase)
         return
     assert p.returncode == 130 and err.strip().splitlines()[-1] == "onnxsplit: interrupted", err
     assert [x.name for x in out.iterdir()] == ["manifest.json"]
+
+
+def test_a_wide_graph_is_known_too_large_for_the_exact_dp_at_once():
+    """30 independent nodes: 2**30 ideals, said before any is enumerated; the plan is the
+    linearized DP's."""
+    nodes = [node(i, cpu=10 + i, acc=1 + i) for i in range(1, 31)]
+    w = Workload.from_paper_json(workload(nodes, [], k=2, l=1))
+    t0 = time.perf_counter()
+    plan = dp.solve(w)
+    assert time.perf_counter() - t0 < 5
+    assert plan.status == "feasible" and "side by side" in plan.details["stopped"]
+    assert plan.value == pytest.approx(dp.solve(w, linear_only=True).value)
+
+
+def test_bad_arguments_are_one_line(capsys):
+    from onnxsplit.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["solve", "w.json", "--method", "nope"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("onnxsplit: error: ")
+    assert "--method" in err[0] and "onnxsplit solve --help" in err[0]

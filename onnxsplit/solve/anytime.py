@@ -76,7 +76,8 @@ def within(time_limit: float | None, workload: Workload, objective: str, method:
         finally:
             done.set()
 
-    threading.Thread(target=work, name=f"solve:{method}", daemon=True).start()
+    thread = threading.Thread(target=work, name=f"solve:{method}", daemon=True)
+    thread.start()
     done.wait(time_limit + grace(time_limit))
     if done.is_set():
         if "error" in outcome:
@@ -84,6 +85,8 @@ def within(time_limit: float | None, workload: Workload, objective: str, method:
         return outcome["plan"]
     stop.set()
     done.wait(STOP_WAIT_S)  # most stop at once: not left running beside what comes next
+    if not done.is_set():
+        interrupt.abandon(thread)
     interrupt.check()  # Ctrl-C rather than a late plan
     if offers.best is None:  # the model whole on one device, where that is a valid plan
         for device in ("cpu0", "acc0"):

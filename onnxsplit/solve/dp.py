@@ -479,22 +479,24 @@ def _lattice(workload: Workload, inst: DPInstance, k: int, l: int, ideal_limit: 
     preprocessing's lattice, else the reference's, within ``ideal_limit`` ideals, the
     memory limit (the lattice and the DP's tables) and ``deadline``.  Without a lattice,
     ``why not`` says why (None: out of time)."""
-    per_ideal = lattice.bytes_per_ideal(inst.n) + table_bytes(k, l, 1)
-    fit = int(limits.limit_bytes() // per_ideal)
+    # the DP's tables come after the lattice: each ideal's share is held back for them
+    budget = limits.limit_bytes()
+    fit = int(budget // table_bytes(k, l, 1))
     for like_reference, most in ((False, EXACT_IDEAL_BUDGET), (True, ideal_limit)):
         if like_reference:
             inst = build_instance(workload, like_reference=True)
+        most = min(ideal_limit, most)
         try:
-            lat = lattice.enumerate_ideals(inst.preds, inst.succs, limit=min(ideal_limit, most, fit),
-                                           deadline=deadline)
+            lat = lattice.enumerate_ideals(inst.preds, inst.succs, limit=min(most, fit), deadline=deadline,
+                                           max_bytes=budget - table_bytes(k, l, min(most, fit)))
         except TooManyIdeals as e:
-            why = str(e).split(":")[0]
+            why = str(e).split(": too many")[0]
+            if fit < most:
+                why += f" (the DP's tables for more would not fit the memory limit, {budget / 1e9:.1f} GB)"
             continue
         if lat is None:
             return None, inst, like_reference, None
         return lat, inst, like_reference, ""
-    if fit < ideal_limit:
-        why += f" that fit the memory limit ({limits.limit_bytes() / 1e9:.1f} GB, --memory-limit)"
     return None, inst, True, why
 
 

@@ -45,17 +45,23 @@ class Lattice:
         return out
 
 
-def bytes_per_ideal(n: int) -> float:
-    """What one ideal of an ``n``-item graph takes while enumerated and packed: its mask
-    (n bits), the dict entry finding it, its lists of additions and of down-links."""
-    return n / 8 + 400.0
+def ideal_bytes(n: int, additions: int) -> float:
+    """What one ideal of an ``n``-item graph takes while enumerated: its mask (n bits),
+    the dict entry finding it, its down-links, and its list of ``additions`` (the items
+    that can join it: on a wide graph that list, not the mask, is most of it)."""
+    return n / 8 + 8.0 * additions + 250.0
 
 
 def enumerate_ideals(preds: list[list[int]], succs: list[list[int]], limit: int = DEFAULT_IDEAL_LIMIT,
-                     deadline: float = float("inf")) -> Lattice | None:
+                     deadline: float = float("inf"), max_bytes: float = float("inf")) -> Lattice | None:
     """Every ideal (down-closed item set) and its down-links; TooManyIdeals beyond
-    ``limit``, None once ``deadline`` (a time.perf_counter() value) passes."""
+    ``limit`` ideals or ``max_bytes`` of them (counted as they are made, before the next
+    is allocated), None once ``deadline`` (a time.perf_counter() value) passes."""
     n = len(preds)
+    widest = _widest_level(preds, succs)
+    if widest >= 63 or 2 ** widest > limit:
+        raise TooManyIdeals(f"the graph has over {limit:,} ideals ({widest} items side by side "
+                            f"alone make 2^{widest}): too many for the exact DP")
     pred_mask = [0] * n
     for v in range(n):
         for p in preds[v]:
@@ -65,12 +71,18 @@ def enumerate_ideals(preds: list[list[int]], succs: list[list[int]], limit: int 
     addable: list[list[int] | None] = [[v for v in range(n) if pred_mask[v] == 0]]
     down: list[list[tuple[int, int]]] = [[]]
     i = 0
+    used = ideal_bytes(n, len(addable[0]))
+    work = 0  # additions tried: the clock is read every 2**16 (a wide graph's ideal has thousands)
     while i < len(masks):
-        if (i & 0xFFF) == 0 and interrupt.past(deadline):
-            return None
         mask = masks[i]
         adds = addable[i]
         addable[i] = None
+        used -= 8.0 * len(adds)
+        work += len(adds)
+        if work >= 0x10000:
+            work = 0
+            if interrupt.past(deadline):
+                return None
         for v in adds:
             child = mask | (1 << v)
             j = id_of.get(child)
@@ -79,6 +91,11 @@ def enumerate_ideals(preds: list[list[int]], succs: list[list[int]], limit: int 
                 if j >= limit:
                     raise TooManyIdeals(f"the graph has over {limit:,} ideals: too many for the exact DP "
                                      f"(use --method dp_linear or an integer program)")
+                used += ideal_bytes(n, len(adds))
+                if used > max_bytes:
+                    raise TooManyIdeals(f"the graph's ideals would take over {max_bytes / 1e9:.1f} GB "
+                                        f"(the memory limit; --memory-limit sets it): too many for "
+                                        f"the exact DP")
                 id_of[child] = j
                 masks.append(child)
                 nxt = [x for x in adds if x != v]
@@ -88,6 +105,25 @@ def enumerate_ideals(preds: list[list[int]], succs: list[list[int]], limit: int 
             down[j].append((i, v))
         i += 1
     return _pack(masks, down)
+
+
+def _widest_level(preds: list[list[int]], succs: list[list[int]]) -> int:
+    """The most items at one depth (longest path from a source): no two of them are
+    ordered, so the graph has at least 2**that many ideals."""
+    depth = [0] * len(preds)
+    indeg = [len(p) for p in preds]
+    ready = [v for v in range(len(preds)) if indeg[v] == 0]
+    while ready:
+        v = ready.pop()
+        for w in succs[v]:
+            depth[w] = max(depth[w], depth[v] + 1)
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                ready.append(w)
+    counts: dict[int, int] = {}
+    for d in depth:
+        counts[d] = counts.get(d, 0) + 1
+    return max(counts.values(), default=0)
 
 
 def chain(order: list[int]) -> Lattice:
