@@ -74,6 +74,8 @@ def solve(workload: Workload, objective: str = "throughput", method: str = "dp",
 def _solve(workload: Workload, objective: str, method: str, *, seed: int, restarts: int, split,
            contiguous: bool, split_passes: bool, pieces: int, time_limit: float, solver: str,
            warm_start: bool) -> Plan:
+    if not workload.n:
+        raise SolveError("the workload has no nodes")
     if method in BASELINES:
         from .solve import baselines
 

@@ -71,6 +71,19 @@ def _at_least(low: int):
     return parse
 
 
+def _positive(unit: str):
+    """An argparse type: a positive, finite number of ``unit``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {unit}, got '{text}'") from None
+        if not (0 < value < float("inf")):
+            raise argparse.ArgumentTypeError(f"must be a positive number of {unit}, got {text}")
+        return value
+    return parse
+
+
 class _Parser(argparse.ArgumentParser):
     """Bad arguments end as one line naming the problem (and the command's --help)."""
 
@@ -86,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
 
     out = argparse.ArgumentParser(add_help=False)
     out.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    out.add_argument("--memory-limit", type=float, metavar="GB",
+    out.add_argument("--memory-limit", type=_positive("GB"), metavar="GB",
                      help="most memory the solvers' tables may take (default: half of what is "
                           "available; also ONNXSPLIT_MEMORY_LIMIT)")
 
@@ -109,16 +122,16 @@ def _parser() -> argparse.ArgumentParser:
                         "ort_default (ONNX Runtime: supported nodes on one accelerator, the rest on CPU), "
                         "hetero_greedy (OpenVINO HETERO: topological order, devices filled by memory)")
     s.add_argument("--seed", type=int, default=0, help="random seed of local_search, scotch, metis (default 0)")
-    s.add_argument("--restarts", type=int, default=10,
+    s.add_argument("--restarts", type=_at_least(1), default=10,
                    help="random restarts of local_search, scotch, metis; the best is kept (default 10)")
     s.add_argument("--split", metavar="FILE", help="the split that method 'given' scores (paper format or a plan)")
     ipg = s.add_argument_group("integer program options (--method ip)")
     ipg.add_argument("--contiguous", action="store_true", help="throughput: every device's part is convex")
     ipg.add_argument("--split-passes", action="store_true",
                      help="training: minimise max forward load + max backward load")
-    ipg.add_argument("--pieces", type=int, default=1, metavar="Q",
+    ipg.add_argument("--pieces", type=_at_least(1), default=1, metavar="Q",
                      help="latency: up to Q contiguous calls per accelerator (default 1)")
-    ipg.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+    ipg.add_argument("--time-limit", type=_positive("seconds"), default=60.0, metavar="S",
                      help="seconds (ip and dp); the best plan found and its proven lower bound are "
                           "returned (default 60)")
     ipg.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MIP backend (default highs)")
@@ -139,7 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     cm.add_argument("--devices", metavar="CLUSTER.json", help="cluster spec (default: this machine)")
     cm.add_argument("--accelerator", metavar="NAME", help="the cluster's accelerator, when it has several")
     cm.add_argument("--profile", metavar="PROFILE.json", help="profile file (default: the cache)")
-    c.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="for the integer program (default 60)")
+    c.add_argument("--time-limit", type=_positive("seconds"), default=60.0, metavar="S", help="for the integer program (default 60)")
     c.add_argument("--html", metavar="REPORT.html",
                    help="also write a report: every method against the bound, the placement drawn "
                         "as a graph coloured by device, loads, and timelines of the best plan")
@@ -155,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="feed this input NUMBER (every element) when measuring and checking, "
                             "instead of random floats / ones for integers, e.g. sr=16000 where "
                             "an input steers control flow (repeat per input)")
-    model.add_argument("--repeats", type=int, default=10, metavar="N",
+    model.add_argument("--repeats", type=_at_least(1), default=10, metavar="N",
                        help="timed runs per operator (operators under 1 ms get 5x as many; default 10)")
     model.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -231,7 +244,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="auto (default): the exact DP for throughput where the graph allows, else "
                          "the linearized DP; the integer program for latency with accelerators. "
                          "Or any method of 'onnxsplit solve'")
-    sp.add_argument("--time-limit", type=float, default=30.0, metavar="S",
+    sp.add_argument("--time-limit", type=_positive("seconds"), default=30.0, metavar="S",
                     help="seconds for the solver (default 30)")
 
     ex = sub.add_parser("export", parents=[model, placed, out], help="write the parts of a given plan",
@@ -431,6 +444,10 @@ def _run(args) -> int:
 def _solve(args) -> int:
     from . import api
 
+    if args.output and _same_file(args.output, args.workload):
+        from .errors import OnnxsplitError
+
+        raise OnnxsplitError(f"-o {args.output} is the workload itself: choose another file")
     workload = api.load_workload(args.workload)
     if args.split and args.method != "given":
         from .errors import OnnxsplitError
@@ -449,7 +466,21 @@ def _solve(args) -> int:
         print(json.dumps(obj))
     else:
         _print_plan(workload, plan)
+    if plan.value is None:  # also on stderr: a script sees why the exit status is 1
+        why = "; ".join(plan.details.get("violations", [])[:1]) or plan.details.get("stopped") \
+            or plan.status
+        print(f"onnxsplit: no plan: {why}", file=sys.stderr)
+        return 1
     return 0 if plan.status != "infeasible" else 1
+
+
+def _same_file(a: str, b: str) -> bool:
+    import os
+
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _print_plan(workload, plan) -> None:

@@ -207,7 +207,10 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     initializers = {t.name: t for t in model.graph.initializer}
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as e:
+        raise OnnxsplitError(f"output '{out}' cannot be written: {e.strerror or e}") from None
     interrupt.register(staging)  # removed should Ctrl-C end the process mid-write
     try:
         with _WeightWriter(staging / WEIGHTS, base_dir) as weights:
@@ -288,15 +291,34 @@ _MADE = re.compile(r"^(part\d+_[A-Za-z0-9_.-]+\.onnx|weights\.bin|manifest\.json
                    r"annotated\.onnx|session\.json)$")
 
 
-def check_out(out: str | Path, force: bool) -> Path:
+def _writable_parent(out: Path) -> None:
+    """The folder ``out`` is made in (or its nearest existing ancestor) must take new
+    entries: said before any profiling, not after it."""
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    probe = parent / f".{out.name}.{os.getpid()}.probe"
+    try:  # tried, not judged from permission bits (root passes those, and /proc is no folder)
+        with interrupt.cleanup_on_exit(probe):  # named before it exists: never left behind
+            probe.mkdir()
+            probe.rmdir()
+    except OSError as e:
+        raise OnnxsplitError(f"output '{out}' cannot be written: '{parent}' does not take new "
+                             f"files ({e.strerror or e})") from None
+
+
+def check_out(out: str | Path, force: bool, probe: bool = False) -> Path:
     """``out`` as a Path, if it may be written: absent, or with ``force`` a parts folder
     onnxsplit made (its manifest and only the files onnxsplit writes).  A symbolic link, a
     file, or a folder holding anything else -- the model, a plan, a profile, a user's
-    files -- is refused, whatever ``force`` says."""
+    files -- is refused, whatever ``force`` says.  ``probe``: also try that a folder can be
+    made beside it (before the work, not after)."""
     out = Path(out)
     if out.is_symlink():
         raise OnnxsplitError(f"output '{out}' is a symbolic link: onnxsplit writes a folder of "
                              "its own (choose another --out)")
+    if probe:
+        _writable_parent(out)
     if not out.exists():
         return out
     if not out.is_dir():

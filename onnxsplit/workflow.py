@@ -603,7 +603,7 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
     """Place ``model`` on the devices and write the verified parts into ``out``."""
     if objective not in ("throughput", "latency"):
         raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
-    check_out(out, force)
+    check_out(out, force, probe=True)
     prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
                    accelerator=accelerator, quiet=quiet, input_fills=input_fills)
     pin_specs = parse_pins(pins, prep.workload, prep.accelerator)
@@ -623,7 +623,7 @@ def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
                 accelerator: str | None = None, feeds=None,
                 input_fills: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Re-apply a (possibly edited) plan.json to ``model`` and write its verified parts."""
-    check_out(out, force)
+    check_out(out, force, probe=True)
     if not Path(plan_path).is_file():
         raise SplitError(f"plan file '{plan_path}' does not exist")
     prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,

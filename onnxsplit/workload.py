@@ -56,6 +56,9 @@ class Edge:
     extra: dict = field(default_factory=dict, compare=False)
 
 
+MOST_DEVICES = 1024  # of each kind, or one per node where there are more nodes
+
+
 @dataclass(frozen=True)
 class Device:
     name: str
@@ -80,6 +83,13 @@ class Workload:
         if problems:
             more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
             raise WorkloadError(problems[0] + more)
+        # a plan uses at most one device per node, so more are never needed, and listing a
+        # cluster of a billion devices would take all the memory there is; up to
+        # MOST_DEVICES stay, so that a split naming any of them still reads
+        most = max(len(self.nodes), MOST_DEVICES)
+        for name in ("num_accelerators", "num_cpus"):
+            if getattr(self, name) > most:
+                object.__setattr__(self, name, most)
 
     @classmethod
     def from_paper_json(cls, source: str | Path | dict) -> "Workload":

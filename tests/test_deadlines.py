@@ -181,8 +181,9 @@ def test_memory_limit_option_is_read_and_checked(tmp_path, capsys):
     assert main(["solve", str(f), "--method", "dp_linear", "--memory-limit", "0.000000001"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "memory limit" in err[0] and err[0].startswith("onnxsplit: error: ")
-    assert main(["solve", str(f), "--method", "dp_linear", "--memory-limit", "-1"]) == 2
-    assert "positive" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["solve", str(f), "--method", "dp_linear", "--memory-limit", "-1"])
+    assert e.value.code == 2 and "positive" in capsys.readouterr().err
 
 
 def test_write_atomic_leaves_the_previous_file_when_the_write_fails(tmp_path, monkeypatch):
