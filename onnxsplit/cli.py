@@ -58,30 +58,26 @@ METHOD_CHOICES = ["dp", "dp_linear", "dp_ring", "ip", "latency_dp", "latency_ser
                   "pipedream", "scotch", "metis", "one_accelerator", "all_cpu", "given", "ort_default", "hetero_greedy"]
 
 
-def _at_least(low: int):
-    """An argparse type: an integer >= ``low`` (argparse's one-line usage error otherwise)."""
-    def parse(text: str) -> int:
+def _number(cast, ok, needs: str, what: str):
+    """An argparse type: ``cast(text)`` for which ``ok(value)`` holds (argparse's one-line
+    error otherwise, saying ``what`` was expected and what it ``needs``)."""
+    def parse(text: str):
         try:
-            value = int(text)
+            value = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+            raise argparse.ArgumentTypeError(f"expected {what}, got '{text}'") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{needs}, got {text}")
         return value
     return parse
+
+
+def _at_least(low: int):
+    return _number(int, lambda v: v >= low, f"must be at least {low}", "an integer")
 
 
 def _positive(unit: str):
-    """An argparse type: a positive, finite number of ``unit``."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {unit}, got '{text}'") from None
-        if not (0 < value < float("inf")):
-            raise argparse.ArgumentTypeError(f"must be a positive number of {unit}, got {text}")
-        return value
-    return parse
+    return _number(float, lambda v: 0 < v < float("inf"), f"must be a positive number of {unit}", unit)
 
 
 class _Parser(argparse.ArgumentParser):
