@@ -275,3 +275,26 @@ def test_bad_arguments_are_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and err[0].startswith("onnxsplit: error: ")
     assert "--method" in err[0] and "onnxsplit solve --help" in err[0]
+
+
+def test_ctrl_c_ends_a_measuring_run_within_two_seconds(tmp_path):
+    """``run`` streams samples through threads and onnxruntime sessions: Ctrl-C still ends
+    it within 2 s, and the parts folder is as it was."""
+    from onnx_models import mlp
+    from onnxsplit.graph import OpGraph
+
+    model = mlp(tmp_path / "m.onnx", layers=4, batch=16, width=128)
+    g = OpGraph.from_onnx(model)
+    half = len(g.nodes) // 2
+    from onnxsplit.export import export
+
+    e = export(g, {n.name: f"cpu{int(i >= half)}" for i, n in enumerate(g.nodes)}, tmp_path / "p",
+               providers={"cpu0": "CPUExecutionProvider", "cpu1": "CPUExecutionProvider"})
+    before = sorted((p.name, p.stat().st_size) for p in e.out.iterdir())
+    p = _started(["run", str(e.out), "--samples", "1000000"], wait_for=5.0)
+    t0 = time.perf_counter()
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert time.perf_counter() - t0 <= 2.0
+    assert p.returncode == 130 and err.strip().splitlines()[-1] == "onnxsplit: interrupted", err
+    assert sorted((p.name, p.stat().st_size) for p in e.out.iterdir()) == before

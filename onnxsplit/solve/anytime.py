@@ -78,7 +78,11 @@ def within(time_limit: float | None, workload: Workload, objective: str, method:
 
     thread = threading.Thread(target=work, name=f"solve:{method}", daemon=True)
     thread.start()
-    done.wait(time_limit + grace(time_limit))
+    try:
+        done.wait(time_limit + grace(time_limit))
+    except BaseException:  # Ctrl-C in a library caller's main thread: the method stops too
+        stop.set()
+        raise
     if done.is_set():
         if "error" in outcome:
             raise outcome["error"]
@@ -88,6 +92,8 @@ def within(time_limit: float | None, workload: Workload, objective: str, method:
     if not done.is_set():
         interrupt.abandon(thread)
     interrupt.check()  # Ctrl-C rather than a late plan
+    if "plan" in outcome:  # it finished as it was told to stop: its own plan
+        return outcome["plan"]
     if offers.best is None:  # the model whole on one device, where that is a valid plan
         for device in ("cpu0", "acc0"):
             offers.offer({int(i): device for i in workload.ids}, f"the fallback: all on {device}")
