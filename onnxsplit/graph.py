@@ -19,7 +19,7 @@ from typing import Iterable, Iterator, Mapping, NamedTuple
 import onnx
 from onnx import AttributeProto, GraphProto, NodeProto
 
-from . import shapes
+from . import limits, shapes
 from .errors import ModelError
 
 
@@ -301,6 +301,30 @@ def _topological(names: list[str], deps: list[list[int]]) -> list[int]:
     return order
 
 
+# element types numpy (and so onnxruntime's Python API) has no array for: such an input
+# cannot be fed, to profile or to check the parts
+_UNFEEDABLE = ("bfloat16", "float8", "float4", "int4", "uint4", "int2", "uint2")
+
+
+def _check_feedable(g: GraphProto, inputs, bound) -> None:
+    """Each graph input can be made as a numpy array, within the memory limit (said before
+    onnxruntime or numpy is asked to)."""
+    total = 0
+    for v in g.input:
+        if v.name not in inputs:
+            continue
+        et = v.type.tensor_type.elem_type
+        name = shapes.dtype_name(et)
+        if name.startswith(_UNFEEDABLE):
+            raise ModelError(f"input '{v.name}' is {name}, which onnxruntime's Python API cannot "
+                             "be fed: make it float32 and Cast inside the model")
+        total += shapes.nbytes(et, bound[v.name])
+    if not limits.fits(total):
+        raise ModelError(f"the inputs at the bound shapes would take {total / 1e9:.1f} GB, over "
+                         f"the memory limit of {limits.limit_bytes() / 1e9:.1f} GB: bind smaller "
+                         "shapes (--input-shape) or raise --memory-limit")
+
+
 def _import(path: Path, input_shapes, check_runtime: bool, fills: dict[str, float]) -> OpGraph:
     model = _load(path)
     g = model.graph
@@ -348,6 +372,7 @@ def _import(path: Path, input_shapes, check_runtime: bool, fills: dict[str, floa
     order = _topological(names, deps)
 
     bound = shapes.bind_inputs(g, weight_set, input_shapes)
+    _check_feedable(g, inputs, bound)
     unknown = [k for k in fills if k not in inputs]
     if unknown:
         raise ModelError(f"--input-value names '{unknown[0]}', which is not an input of the model "
@@ -397,6 +422,13 @@ def _import(path: Path, input_shapes, check_runtime: bool, fills: dict[str, floa
                 tensors[o] = Tensor(o, tt.dtype, tt.shape, tt.bytes, "activation", n.name,
                                     tuple(consumers.get(o, ())))
 
+    largest = max((t for t in tensors.values() if t.kind == "activation"), key=lambda t: t.bytes,
+                  default=None)
+    if largest is not None and not limits.fits(largest.bytes):
+        raise ModelError(f"tensor '{largest.name}' ({'x'.join(map(str, largest.shape))} "
+                         f"{largest.dtype}) would take {largest.bytes / 1e9:.1f} GB, over the "
+                         f"memory limit of {limits.limit_bytes() / 1e9:.1f} GB: bind smaller "
+                         f"input shapes (--input-shape) or raise --memory-limit")
     return OpGraph(
         path=str(path),
         nodes=nodes,

@@ -103,3 +103,32 @@ def test_a_damaged_plan_file_is_one_line(tmp_path, capsys, monkeypatch, edit, ne
                                    str(tmp_path / "p"), "--no-verify", "--quiet"])
     assert needle in line and str(f) in line
     assert not (tmp_path / "p").exists()
+
+
+def _one_op_model(path, dtype, shape):
+    from onnx import helper
+    import onnx
+
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["h"], name="id"),
+                           helper.make_node("Identity", ["h"], ["y"], name="id2")], "g",
+                          [helper.make_tensor_value_info("x", dtype, shape)],
+                          [helper.make_tensor_value_info("y", dtype, shape)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("dtype,shape,needle", [
+    ("BFLOAT16", [2, 4], "input 'x' is bfloat16"),
+    ("FLOAT", [100000, 100000, 1000], "over the memory limit"),
+])
+def test_a_model_that_cannot_be_fed_is_one_line_before_profiling(tmp_path, capsys, monkeypatch,
+                                                                 dtype, shape, needle):
+    from onnx import TensorProto
+
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = _one_op_model(tmp_path / "m.onnx", getattr(TensorProto, dtype), shape)
+    assert main([str(model), "--out", str(tmp_path / "p"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("onnxsplit: error: ") and needle in err[-1], err
+    assert not any("Traceback" in line for line in err)
+    assert not (tmp_path / "p").exists() and not (tmp_path / "cache").exists()
