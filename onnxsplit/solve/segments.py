@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit
 
 from .. import interrupt
+from . import anytime
 from ..errors import SolveError
 from ..plan import Plan
 from ..workload import Workload
@@ -214,21 +215,25 @@ def sequence_split(w: Workload, objective: str = "latency", time_limit: float | 
         value, segments = cut_sequence(w, seq, w.num_accelerators, np.array(can_cut, dtype=np.bool_))
         if value < best[0]:
             best = (value, seq, segments)
+            anytime.offer(_placed(w, seq, segments), "latency_dp's best order so far")
     value, seq, segments = best
+    assignment = _placed(w, seq, segments) if seq is not None else {}
+    if not assignment:
+        raise SolveError("latency_dp found no split: the nodes fit neither the accelerators' memory nor a CPU")
+    return finish(w, objective, "latency_dp", assignment, start, details={"sequential_latency": value})
+
+
+def _placed(w: Workload, seq, segments) -> dict[int, str]:
+    """Node id -> device for ``segments`` of ``seq``: each accelerator segment on the next
+    accelerator, the rest on the first CPU."""
     names = [d.name for d in w.devices]
     assignment: dict[int, str] = {}
     acc = 0
     for i, e, on_acc in segments:
         for v in seq[i:e]:
-            nid = int(w.ids[v])
-            if on_acc:
-                assignment[nid] = names[acc]
-            else:
-                assignment[nid] = names[w.num_accelerators]
+            assignment[int(w.ids[v])] = names[acc] if on_acc else names[w.num_accelerators]
         acc += on_acc
-    if not assignment:
-        raise SolveError("latency_dp found no split: the nodes fit neither the accelerators' memory nor a CPU")
-    return finish(w, objective, "latency_dp", assignment, start, details={"sequential_latency": value})
+    return assignment
 
 
 RANDOM_ORDERS = 64  # seeded: the same orders on every run
