@@ -38,7 +38,7 @@ from .. import interrupt
 from ..errors import OnnxsplitError, SolveError, SplitError
 from ..plan import Plan, gap_of
 from ..workload import Workload
-from . import evaluate, pairs, setpart, spread, subgraph
+from . import anytime, evaluate, pairs, setpart, spread, subgraph
 from .bounds import packing_bound
 from .segments import latency_lower_bound, longest_paths
 from .seriesbound import block_parts, series_lower_bound
@@ -165,6 +165,8 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
         value = _scored_start(w, candidate, contiguous, split_passes)[1]
         if value < best_value:
             best_start, best_value = candidate, value
+            if not (split_passes or contiguous):  # offers are scored as plain max-load plans
+                anytime.offer(candidate, "an incumbent of the integer program")
 
     relaxed_bound = None
     phase_start = time.perf_counter()
@@ -186,6 +188,7 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
         # most loaded device's classes with one other device at a time (pairs.py)
         best_start = pairs.improve(w, cl, best_start, time_limit * PAIRS_SHARE, solver)
         best_value = _scored_start(w, best_start, contiguous, split_passes)[1]
+        anytime.offer(best_start, "the warm start re-divided by pairs")
     details = {"solver": solver, "objective_form": "max fwd + max bwd" if split_passes else "max load",
                "classes": cl.n, "hyperedges": len(cl.hyper), "contiguous": contiguous,
                "transfer_free_bound": relaxed_bound, "transfer_free_seconds": transfer_free_seconds,
