@@ -440,10 +440,10 @@ def _run(args) -> int:
 def _solve(args) -> int:
     from . import api
 
-    if args.output and _same_file(args.output, args.workload):
-        from .errors import OnnxsplitError
+    from .files import check_output, write_atomic
 
-        raise OnnxsplitError(f"-o {args.output} is the workload itself: choose another file")
+    inputs = (args.workload, args.split)
+    check_output(args.output, inputs)  # before the solve, not after it
     workload = api.load_workload(args.workload)
     if args.split and args.method != "given":
         from .errors import OnnxsplitError
@@ -455,9 +455,7 @@ def _solve(args) -> int:
                      solver=args.solver, warm_start=not args.no_warm_start)
     obj = plan.to_json()
     if args.output:
-        from .files import write_atomic
-
-        write_atomic(args.output, json.dumps(obj, indent=1) + "\n")
+        write_atomic(args.output, json.dumps(obj, indent=1) + "\n", inputs)
     if args.json:
         print(json.dumps(obj))
     else:
@@ -469,14 +467,6 @@ def _solve(args) -> int:
         return 1
     return 0 if plan.status != "infeasible" else 1
 
-
-def _same_file(a: str, b: str) -> bool:
-    import os
-
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def _print_plan(workload, plan) -> None:
@@ -519,7 +509,9 @@ def _print_plan(workload, plan) -> None:
 
 def _compare(args) -> int:
     from . import api
+    from .files import check_output
 
+    check_output(args.html, (args.workload, args.profile, args.devices))
     whole = []  # the model kept whole as onnxruntime runs it: what the methods must beat
     if args.workload.endswith(".onnx"):
         from . import machine
@@ -578,6 +570,7 @@ def _write_report(args, workload, result) -> None:
 
     from . import report
     from .errors import OnnxsplitError
+    from .files import write_atomic
 
     if args.draw:
         found = [r.get("plan") for r in result["rows"] if r["method"] == args.draw]
@@ -590,9 +583,7 @@ def _write_report(args, workload, result) -> None:
             raise OnnxsplitError("no method gave a valid plan to draw")
     page = report.render(workload, result["rows"], args.objective, result["best_lower_bound"], drawn,
                          title=f"onnxsplit compare {Path(args.workload).name}")
-    from .files import write_atomic
-
-    write_atomic(args.html, page)
+    write_atomic(args.html, page, (args.workload, args.profile, args.devices))
     if not args.json:
         print(f"report: {args.html}")
 
@@ -662,6 +653,10 @@ def _workload(args) -> int:
     from . import api
 
     shapes = api.parse_input_shapes(args.input_shape)
+    from .files import check_output
+
+    inputs = (args.model, args.profile, args.devices)
+    check_output(args.output, inputs)  # before the profiling, not after it
     w = api.build_workload(args.model, shapes, devices=args.devices, profile=args.profile,
                            accelerator=args.accelerator, shared_weights=args.shared_weights,
                            activations=args.activations, repeats=args.repeats, quiet=args.quiet,
@@ -669,7 +664,7 @@ def _workload(args) -> int:
     if not args.output:
         print(json.dumps(w.to_paper_json()))
         return 0
-    w.write(args.output)
+    w.write(args.output, inputs)
     meta = w.extra["onnxsplit"]
     sources = Counter(f"cpu {n.extra['latencySource']['cpu']}" for n in w.nodes)
     if w.num_accelerators:

@@ -297,11 +297,11 @@ def _writable_parent(out: Path) -> None:
     parent = out.absolute().parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
-    probe = parent / f".{out.name}.{os.getpid()}.probe"
-    try:  # tried, not judged from permission bits (root passes those, and /proc is no folder)
-        with interrupt.cleanup_on_exit(probe):  # named before it exists: never left behind
-            probe.mkdir()
-            probe.rmdir()
+    try:  # tried, not judged from permission bits (root passes those, and /proc is no folder);
+        # an unnamed file (O_TMPFILE where Linux has it): it never shows in the folder,
+        # however the process ends, and no name is ever removed
+        with tempfile.TemporaryFile(dir=parent):
+            pass
     except OSError as e:
         raise OnnxsplitError(f"output '{out}' cannot be written: '{parent}' does not take new "
                              f"files ({e.strerror or e})") from None

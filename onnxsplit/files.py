@@ -8,10 +8,27 @@ import tempfile
 from pathlib import Path
 
 from . import interrupt
+from .errors import OnnxsplitError
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Write ``data`` to ``path`` in one step; the folder must exist."""
+def check_output(path: str | Path | None, inputs=()) -> None:
+    """A file a command writes must not be one it reads (the model, the workload, a split,
+    a profile, a cluster file): onnxsplit never writes over what the user gave it."""
+    if not path:
+        return
+    for given in inputs:
+        try:
+            same = given is not None and os.path.samefile(path, given)
+        except OSError:  # either is absent
+            same = False
+        if same:
+            raise OnnxsplitError(f"output '{path}' is the input '{given}' itself: choose another file")
+
+
+def write_atomic(path: str | Path, data: str | bytes, inputs=()) -> Path:
+    """Write ``data`` to ``path`` in one step (never over one of ``inputs``: see
+    :func:`check_output`); the folder must exist."""
+    check_output(path, inputs)
     path = Path(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -81,7 +81,8 @@ def cleanup_on_exit(thing: Any) -> Iterator[Any]:
 
 
 def register(thing: Any) -> None:
-    """As :func:`cleanup_on_exit`, until :func:`unregister` (for objects that live long)."""
+    """As :func:`cleanup_on_exit`, until :func:`unregister` (for objects that live long).
+    Register only a path this process created under a fresh name, after creating it."""
     with _lock:
         _registered[id(thing)] = thing
 
@@ -100,15 +101,12 @@ def _remove_registered() -> None:
             if hasattr(thing, "kill"):
                 thing.kill()
             elif isinstance(thing, (str, Path)):
+                # only what onnxsplit made under a fresh name (mkdtemp, mkstemp) is registered
                 p = Path(thing)
                 if p.is_dir() and not p.is_symlink():
-                    # moved aside first: the worker, still running, can add nothing to it
-                    # by name any more
-                    gone = p.with_name(p.name + ".interrupted")
-                    p.rename(gone)
-                    for _ in range(5):
-                        shutil.rmtree(gone, ignore_errors=True)
-                        if not gone.exists():
+                    for _ in range(5):  # the worker may still be writing into it
+                        shutil.rmtree(p, ignore_errors=True)
+                        if not p.exists():
                             break
                 else:
                     p.unlink(missing_ok=True)

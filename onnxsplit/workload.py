@@ -149,8 +149,9 @@ class Workload:
         out.update(self.extra)
         return out
 
-    def write(self, path: str | Path) -> None:
-        write_atomic(path, json.dumps(self.to_paper_json(), indent=1) + "\n")
+    def write(self, path: str | Path, inputs=()) -> None:
+        """The paper's JSON, written whole (never over one of ``inputs``)."""
+        write_atomic(path, json.dumps(self.to_paper_json(), indent=1) + "\n", inputs)
 
     def replace(self, **changes) -> "Workload":
         """A copy with some fields changed (e.g. ``num_accelerators``)."""

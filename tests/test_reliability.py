@@ -132,3 +132,18 @@ def test_a_model_that_cannot_be_fed_is_one_line_before_profiling(tmp_path, capsy
     assert err[-1].startswith("onnxsplit: error: ") and needle in err[-1], err
     assert not any("Traceback" in line for line in err)
     assert not (tmp_path / "p").exists() and not (tmp_path / "cache").exists()
+
+
+def test_an_output_naming_an_input_is_refused_and_the_input_kept(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    w = tmp_path / "w.json"
+    w.write_text(open("models/demo_workload.json").read())
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    before = w.read_bytes(), model.read_bytes()
+    for argv, needle in ((["solve", str(w), "-o", str(w)], "w.json"),
+                         (["compare", str(w), "--html", str(w), "--time-limit", "2"], "w.json"),
+                         (["workload", str(model), "-o", str(model), "--quiet"], "m.onnx")):
+        line = one_line_error(capsys, argv)
+        assert "is the input" in line and needle in line
+    assert (w.read_bytes(), model.read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["m.onnx", "w.json"]

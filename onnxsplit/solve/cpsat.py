@@ -28,9 +28,7 @@ import atexit
 import math
 import os
 import pickle
-import select
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,11 +36,10 @@ import time
 
 import numpy as np
 
-from .. import interrupt
 from ..errors import SolveError
 from ..plan import Plan, gap_of
 from ..workload import Workload
-from . import evaluate
+from . import evaluate, isolated
 from .segments import latency_lower_bound, longest_paths
 
 UNITS = 2 ** 30  # integer steps in the best known latency (and in one accelerator's memory)
@@ -210,15 +207,10 @@ class _Worker:
     _lock = threading.Lock()
 
     def __init__(self):
-        # the worker imports what this process imports: its path too (a script may have
-        # put onnxsplit there itself)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
         # its messages go to a file, not a pipe: nothing reads them until it fails, and a
         # full pipe would stop the worker mid-solve
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", __spec__.name], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, env=env)
-        interrupt.register(self.proc)  # killed should Ctrl-C end this process
+        self.proc = isolated.start(__spec__.name, self.log)
 
     @classmethod
     def take(cls) -> "_Worker":
@@ -257,10 +249,7 @@ class _Worker:
         return reply
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        interrupt.unregister(self.proc)
+        isolated.end(self.proc)
 
     @classmethod
     def close_all(cls) -> None:
@@ -283,13 +272,8 @@ def _receive(stream, deadline: float | None = None):
     data = b""
     size = None
     while size is None or len(data) < size + 8:
-        while True:  # waited for in slices: Ctrl-C is seen within one
-            left = 0.1 if deadline is None else min(0.1, max(0.0, deadline - time.perf_counter()))
-            if select.select([fd], [], [], left)[0]:
-                break
-            interrupt.check()
-            if deadline is not None and time.perf_counter() >= deadline:
-                return None
+        if not isolated.wait_readable(stream, deadline):
+            return None
         chunk = os.read(fd, (8 if size is None else size + 8) - len(data))
         if not chunk:
             return None

@@ -23,6 +23,38 @@ from .. import interrupt
 from ..errors import SolveError
 
 
+def start(module: str, stderr) -> subprocess.Popen:
+    """``python -m module`` with pipes to talk to it, killed should Ctrl-C end this
+    process.  It imports what this process imports: its path too (a script may have put
+    onnxsplit there itself)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
+    proc = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=stderr, env=env)
+    interrupt.register(proc)
+    return proc
+
+
+def wait_readable(stream, deadline: float | None) -> bool:
+    """Whether ``stream`` has something to read before ``deadline`` (a time.perf_counter()
+    value; None: no limit).  Waited for in slices, so Ctrl-C is seen within one."""
+    fd = stream.fileno()
+    while True:
+        left = 0.1 if deadline is None else min(0.1, max(0.0, deadline - time.perf_counter()))
+        if select.select([fd], [], [], left)[0]:
+            return True
+        interrupt.check()
+        if deadline is not None and time.perf_counter() >= deadline:
+            return False
+
+
+def end(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` if it still runs, and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    interrupt.unregister(proc)
+
+
 class Child:
     """A child Python process serving ``call(function, *args)`` requests."""
 
@@ -31,10 +63,7 @@ class Child:
         self._start()
 
     def _start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
-        self.proc = subprocess.Popen([sys.executable, "-m", __spec__.name], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-        interrupt.register(self.proc)
+        self.proc = start(__spec__.name, subprocess.DEVNULL)
 
     def __enter__(self) -> "Child":
         return self
@@ -52,11 +81,8 @@ class Child:
             pickle.dump((function, args), self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
             self.proc.stdin.flush()
             deadline = None if timeout is None else time.perf_counter() + timeout
-            fd = self.proc.stdout.fileno()
-            while not select.select([fd], [], [], 0.1)[0]:  # in slices: Ctrl-C is seen within one
-                interrupt.check()
-                if deadline is not None and time.perf_counter() > deadline:
-                    raise SolveError(f"{function.rpartition(':')[2]} gave no answer in {timeout:g} s")
+            if not wait_readable(self.proc.stdout, deadline):
+                raise SolveError(f"{function.rpartition(':')[2]} gave no answer in {timeout:g} s")
             ok, value = pickle.load(self.proc.stdout)
         except (OSError, EOFError, pickle.UnpicklingError):
             self.close()
@@ -70,10 +96,7 @@ class Child:
         return value
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        interrupt.unregister(self.proc)
+        end(self.proc)
 
 
 def _serve() -> None:
