@@ -54,8 +54,12 @@ examples:
 COMMANDS = ("split", "export", "run", "solve", "compare", "evaluate", "profile", "workload",
             "devices")
 
-METHOD_CHOICES = ["dp", "dp_linear", "dp_ring", "ip", "latency_dp", "latency_series", "greedy", "local_search",
-                  "pipedream", "scotch", "metis", "one_accelerator", "all_cpu", "given", "ort_default", "hetero_greedy"]
+
+def _methods():
+    """The method registry (onnxsplit/solve/methods.py): choices and help come from it."""
+    from .solve import methods
+
+    return methods
 
 
 def _number(cast, ok, needs: str, what: str):
@@ -105,18 +109,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--objective", default="throughput", choices=["throughput", "latency"],
                    help="throughput: minimise the max load of any device (pipelined); "
                         "latency: minimise one sample's end-to-end time (default: throughput)")
-    s.add_argument("--method", default="dp", choices=METHOD_CHOICES, metavar="METHOD",
-                   help="dp: exact DP over ideals (optimal contiguous pipeline); "
-                        "dp_linear: the same DP along a few topological orders (fast upper bound); "
-                        "dp_ring: one order bent into a ring, an accelerator holding a prefix and a suffix "
-                        "(tied weights); "
-                        "ip: integer program (both objectives); "
-                        "latency_dp: latency, a topological order cut into accelerator calls and CPU runs; "
-                        "latency_series: latency, blocks between cut vertices in calls or solved alone. "
-                        "Baselines: greedy (the paper's latency greedy), local_search, pipedream, "
-                        "scotch, metis, one_accelerator, all_cpu, given (--split FILE), "
-                        "ort_default (ONNX Runtime: supported nodes on one accelerator, the rest on CPU), "
-                        "hetero_greedy (OpenVINO HETERO: topological order, devices filled by memory)")
+    registry = _methods()
+    s.add_argument("--method", default="dp", choices=list(registry.METHODS), metavar="METHOD",
+                   help="; ".join(f"{m.name}: {m.summary}" for m in registry.REGISTRY if m.kind == "method")
+                        + ". Baselines: " + "; ".join(f"{m.name}: {m.summary}" for m in registry.REGISTRY
+                                                     if m.kind == "baseline"))
     s.add_argument("--seed", type=int, default=0, help="random seed of local_search, scotch, metis (default 0)")
     s.add_argument("--restarts", type=_at_least(1), default=10,
                    help="random restarts of local_search, scotch, metis; the best is kept (default 10)")
@@ -236,7 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--pin", action="append", default=[], metavar="REGEX=DEVICE",
                     help="keep operators whose name contains REGEX (or whose op type is REGEX) on "
                          "DEVICE: cpu, or the accelerator (e.g. 'Shape|Gather=cpu'); repeatable")
-    sp.add_argument("--method", default="auto", choices=["auto"] + METHOD_CHOICES, metavar="METHOD",
+    sp.add_argument("--method", default="auto", choices=["auto"] + list(registry.METHODS), metavar="METHOD",
                     help="auto (default): the exact DP for throughput where the graph allows, else "
                          "the linearized DP; the integer program for latency with accelerators. "
                          "Or any method of 'onnxsplit solve'")
@@ -449,10 +446,11 @@ def _solve(args) -> int:
         from .errors import OnnxsplitError
 
         raise OnnxsplitError("--split is read by --method given only")
-    plan = api.solve(workload, objective=args.objective, method=args.method, seed=args.seed,
-                     restarts=args.restarts, split=args.split, contiguous=args.contiguous,
-                     split_passes=args.split_passes, pieces=args.pieces, time_limit=args.time_limit,
-                     solver=args.solver, warm_start=not args.no_warm_start)
+    given = dict(seed=args.seed, restarts=args.restarts, split=args.split, contiguous=args.contiguous,
+                 split_passes=args.split_passes, pieces=args.pieces, time_limit=args.time_limit,
+                 solver=args.solver, warm_start=not args.no_warm_start)
+    plan = api.solve(workload, objective=args.objective, method=args.method,
+                     options=_methods().options_for(args.method, others="ignore", **given))
     obj = plan.to_json()
     if args.output:
         write_atomic(args.output, json.dumps(obj, indent=1) + "\n", inputs)

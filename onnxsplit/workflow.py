@@ -211,7 +211,7 @@ def choose_plan(workload, objective: str, method: str = "auto", time_limit: floa
     and the linearized DP otherwise; for latency the IP (warm-started) with accelerators,
     and all on one core without (every plan is then a serial run on some core)."""
     from . import api
-    from .solve import dp
+    from .solve.throughput import dp
 
     if method != "auto":
         return api.solve(workload, objective, method, time_limit=time_limit)

@@ -160,6 +160,13 @@ class Workload:
         return dataclasses.replace(self, **changes)
 
     # ---- validation -------------------------------------------------------------------
+    def restricted(self, keep: np.ndarray) -> "Workload":
+        """The sub-workload of the nodes in ``keep`` (a node mask) and the edges among them:
+        every plan of the whole is one of it, with no device's load larger (part bounds)."""
+        ids = set(int(i) for i in self.ids[keep])
+        return self.replace(nodes=tuple(n for n in self.nodes if n.id in ids),
+                            edges=tuple(e for e in self.edges if e.source in ids and e.dest in ids))
+
     def problems(self) -> list[str]:
         """Every problem found, each naming the offending node, edge or field."""
         out: list[str] = []

@@ -1,7 +1,7 @@
 """Brute-force reference implementations for tiny workloads (independent of onnxsplit.solve).
 
 Everything here works on the paper's JSON dict directly and never imports onnxsplit, so
-it is an independent judge of ``onnxsplit.solve.evaluate`` and ``onnxsplit.solve.dp``.
+it is an independent judge of ``onnxsplit.solve.evaluate`` and ``onnxsplit.solve.throughput.dp``.
 
 * :func:`max_load` and :func:`latency` -- the two objectives, straight from their
   definitions.

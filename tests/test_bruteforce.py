@@ -18,7 +18,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bruteforce as bf  # noqa: E402
-from onnxsplit.solve import dp, evaluate  # noqa: E402
+from onnxsplit.solve import evaluate  # noqa: E402
+from onnxsplit.solve.throughput import dp  # noqa: E402
 from onnxsplit.workload import Workload  # noqa: E402
 
 REL = 1e-9

@@ -1,4 +1,4 @@
-"""The least call time of a path segment (solve/callcut.py), against enumeration.
+"""The least call time of a path segment (solve/call_times.py), against enumeration.
 
 The enumeration tries every node set C that meets the path exactly in the segment and
 holds the segment's hull (every node on a path between its ends, as a convex call must),
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
-from onnxsplit.solve import callcut, segments
+from onnxsplit.solve.latency import call_times
+from onnxsplit.solve.latency import bounds as latency_bounds
 from onnxsplit.workload import Workload
 
 
@@ -70,7 +71,7 @@ def _case(seed):
     data = bf.random_workload(seed, n_range=(3, 8), k_range=(1, 2), l_range=(1, 1), class_p=0.4)
     w = Workload.from_paper_json(data)
     rng = random.Random(seed)
-    path = segments.heaviest_path(w, np.array([rng.random() for _ in range(w.n)]))
+    path = latency_bounds.heaviest_path(w, np.array([rng.random() for _ in range(w.n)]))
     return data, w, path
 
 
@@ -82,7 +83,7 @@ def test_exact_when_memory_is_ample(seed):
     w = Workload.from_paper_json(data)
     ids = [int(w.ids[v]) for v in path]
     for pieces in (1, 2):
-        times = callcut.segment_call_times(w, path, pieces)
+        times = call_times.segment_call_times(w, path, pieces)
         for i in range(len(path)):
             for e in range(i + 1, len(path) + 1):
                 want = _least_call(data, ids, i, e, 1e9, pieces == 1)
@@ -97,8 +98,8 @@ def test_below_the_least_call_within_memory(seed):
     data, w, path = _case(seed)
     mem = float(data["maxSizePerFPGA"])
     ids = [int(w.ids[v]) for v in path]
-    times = callcut.segment_call_times(w, path, 1)
-    ample = callcut.segment_call_times(Workload.from_paper_json({**data, "maxSizePerFPGA": 1e9}), path, 1)
+    times = call_times.segment_call_times(w, path, 1)
+    ample = call_times.segment_call_times(Workload.from_paper_json({**data, "maxSizePerFPGA": 1e9}), path, 1)
     for i in range(len(path)):
         for e in range(i + 1, len(path) + 1):
             want = _least_call(data, ids, i, e, mem, True)
@@ -121,21 +122,21 @@ def test_a_projection_branch_by_hand():
     # a call running {1, 2} must also send 0's tensor to 4 and receive 4's, or take 4
     # in, which memory forbids
     w = _projection_branch(mem=4)
-    times = callcut.segment_call_times(w, [0, 1, 2, 3], 1)
+    times = call_times.segment_call_times(w, [0, 1, 2, 3], 1)
     assert times[1, 3] == pytest.approx(2.0 + 2 + 2.0)  # 0's tensor in, compute, 2's tensor out
     assert times[0, 2] == pytest.approx(2 + 2.0 + 2.0)  # 0's tensor once (to 1 inside, 4 outside), 1's out
     assert times[0, 3] == pytest.approx(3 + 2.0 + 2.0)  # 4 does not fit: 0's tensor out, 2's out
     # a call holding 0 and 3 holds 4 too (calls are convex), which does not fit
     assert times[0, 4] == np.inf
-    assert callcut.segment_call_times(_projection_branch(mem=9), [0, 1, 2, 3], 1)[0, 4] == pytest.approx(5)
+    assert call_times.segment_call_times(_projection_branch(mem=9), [0, 1, 2, 3], 1)[0, 4] == pytest.approx(5)
     # even where leaving 4 out would be cheaper (its tensors 2 + 3 against its compute 10)
-    slow = callcut.segment_call_times(_projection_branch(mem=9, branch_acc=10.0), [0, 1, 2, 3], 1)
+    slow = call_times.segment_call_times(_projection_branch(mem=9, branch_acc=10.0), [0, 1, 2, 3], 1)
     assert slow[0, 4] == pytest.approx(4 + 10.0)
     assert slow[0, 3] == pytest.approx(3 + 2.0 + 2.0)  # 0's tensor out to 4, 2's out to 3
 
 
 def test_past_its_deadline_it_claims_nothing():
     w = _projection_branch(mem=4)
-    assert not callcut.segment_call_times(w, [0, 1, 2, 3], 1, deadline=0.0).any()
+    assert not call_times.segment_call_times(w, [0, 1, 2, 3], 1, deadline=0.0).any()
     # the bound without the cuts sees only the path: less than with them
-    assert segments.latency_lower_bound(w, 1, seconds=0.0) < segments.latency_lower_bound(w, 1)
+    assert latency_bounds.latency_lower_bound(w, 1, seconds=0.0) < latency_bounds.latency_lower_bound(w, 1)

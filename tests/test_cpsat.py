@@ -11,7 +11,8 @@ import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
 from onnxsplit.errors import OnnxsplitError, SolveError
-from onnxsplit.solve import cpsat, evaluate
+from onnxsplit.solve import evaluate
+from onnxsplit.solve.latency import cpsat
 from onnxsplit.workload import Workload
 from test_segments import _brute_min
 from test_series import _modules

@@ -15,10 +15,12 @@ import time
 import pytest
 
 from onnxsplit import api, interrupt, limits
+from onnxsplit.errors import OnnxsplitError, SolveError
 from onnxsplit.export import FORMAT
 from onnxsplit.files import write_atomic
 from onnxsplit.plan import Plan
-from onnxsplit.solve import anytime, dp, evaluate
+from onnxsplit.solve import anytime, evaluate
+from onnxsplit.solve.throughput import dp
 from onnxsplit.workload import Workload
 from workloads import diamond, edge, node, workload
 
@@ -80,7 +82,7 @@ def test_a_solve_returns_by_its_time_limit_with_a_valid_plan(big_file, method, o
     t0 = time.perf_counter()
     try:
         plan = api.solve(w, objective, method, time_limit=limit)
-    except api.OnnxsplitError as e:  # a missing partitioner
+    except OnnxsplitError as e:  # a missing partitioner
         pytest.skip(str(e))
     took = time.perf_counter() - t0
     assert took <= limit + anytime.grace(limit) + anytime.STOP_WAIT_S + 0.5, took
@@ -131,9 +133,9 @@ def test_errors_inside_the_limit_reach_the_caller():
     w = Workload.from_paper_json(diamond())
 
     def fails():
-        raise api.SolveError("no plan here")
+        raise SolveError("no plan here")
 
-    with pytest.raises(api.SolveError, match="no plan here"):
+    with pytest.raises(SolveError, match="no plan here"):
         anytime.within(5.0, w, "throughput", "fails", fails)
 
 
@@ -152,7 +154,7 @@ def test_the_dp_table_is_measured_against_the_memory_limit():
     w = Workload.from_paper_json(diamond())
     try:
         limits.set_limit(1e-9)  # 1 byte
-        with pytest.raises(api.OnnxsplitError, match="memory limit"):
+        with pytest.raises(OnnxsplitError, match="memory limit"):
             dp.solve(w, linear_only=True)
     finally:
         limits.set_limit(None)
@@ -205,19 +207,20 @@ def test_write_atomic_leaves_the_previous_file_when_the_write_fails(tmp_path, mo
 def test_local_search_descends_to_the_same_plan_in_chunks():
     """The clock is read between chunks of moves: without a deadline the plan is the one
     a single descent gives."""
-    from onnxsplit.solve import baselines
+    from onnxsplit.solve.baselines import local_search
+    from onnxsplit.solve.classes import class_graph
 
     nodes = [node(i, cpu=5 + (i * 7) % 11, acc=1 + i % 3, size=1.0) for i in range(1, 40)]
     edges = [edge(i, i + 1) for i in range(1, 39)] + [edge(i, i + 5) for i in range(1, 34, 3)]
     w = Workload.from_paper_json(workload(nodes, edges, k=3, l=2, mem=9.0))
-    g = baselines.class_graph(w)
+    g = class_graph(w)
     import numpy as np
 
-    start = baselines._random_start(g, w, np.random.default_rng(3))
-    one, chunked = baselines.ClassState(g, w, start.copy()), baselines.ClassState(g, w, start.copy())
+    start = local_search._random_start(g, w, np.random.default_rng(3))
+    one, chunked = local_search.ClassState(g, w, start.copy()), local_search.ClassState(g, w, start.copy())
     one.repair(), chunked.repair()
-    moves = int(baselines._descend(*one._args(), 1_000_000))
-    assert moves > baselines.DESCEND_CHUNK or moves == chunked.descend()
+    moves = int(local_search._descend(*one._args(), 1_000_000))
+    assert moves > local_search.DESCEND_CHUNK or moves == chunked.descend()
     assert (one.dev == chunked.dev).all()
 
 

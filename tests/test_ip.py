@@ -7,7 +7,11 @@ import math
 import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
-from onnxsplit.solve import dp, evaluate, ip
+from onnxsplit.solve import evaluate
+from onnxsplit.solve.throughput import dp
+from onnxsplit.solve.throughput import ip
+from onnxsplit.solve.latency import bounds as latency_bounds
+from onnxsplit.solve.latency import ip as latency_ip
 from onnxsplit.workload import Workload
 
 SEEDS = range(40)
@@ -139,7 +143,7 @@ def _brute_latency_one_call(data):
 def test_latency_ip_matches_bruteforce(seed):
     data = bf.random_workload(seed, n_range=(2, 6), k_range=(1, 2), l_range=(0, 1))
     w = Workload.from_paper_json(data)
-    plan = ip.solve_latency(w, pieces=1, time_limit=30, gap=0.0)
+    plan = latency_ip.solve_latency(w, pieces=1, time_limit=30, gap=0.0)
     best = _brute_latency_one_call(data)
     if best is None:
         assert plan.value is None
@@ -148,7 +152,7 @@ def test_latency_ip_matches_bruteforce(seed):
     assert evaluate.latency(w, plan.assignment, plan.pieces).value == pytest.approx(plan.value, rel=1e-12)
     assert evaluate.check(w, plan.assignment) == []
     assert plan.lower_bound <= plan.value * (1 + 1e-9)
-    more = ip.solve_latency(w, pieces=2, time_limit=30, gap=0.0)
+    more = latency_ip.solve_latency(w, pieces=2, time_limit=30, gap=0.0)
     assert more.value <= plan.value * (1 + 1e-6) + 1e-9  # more calls per accelerator can only help
 
 
@@ -172,7 +176,7 @@ def test_latency_warm_start_is_renamed_into_the_symmetry_order(seed):
     dev = evaluate.device_array(w, a)
     pieces = evaluate.accelerator_pieces(w, dev)
     pc = {int(w.ids[j]): int(pieces[j]) for j in range(w.n) if dev[j] < 3}
-    renamed = ip._in_symmetry_order(w, a, pc)
+    renamed = latency_bounds.in_symmetry_order(w, a, pc)
     assert bf._latency(data, renamed, bf.pieces(data, renamed)) == pytest.approx(
         bf._latency(data, a, bf.pieces(data, a)), rel=1e-12)
     pos = {int(w.ids[v]): i for i, v in enumerate(order)}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
-from onnxsplit.solve import evaluate, ip, pairs
+from onnxsplit.solve import evaluate
+from onnxsplit.solve import classes
+from onnxsplit.solve.throughput import improve_pairs
 from onnxsplit.workload import Workload
 
 
@@ -21,7 +23,7 @@ def test_two_devices_reach_the_optimum(seed):
     data = bf.random_workload(seed, training=seed % 3 == 0, n_range=(2, 6), k_range=(1, 1), l_range=(1, 1))
     w = Workload.from_paper_json(data)
     start = {int(i): "cpu0" for i in w.ids}
-    plan = pairs.improve(w, ip.build_classes(w), start, seconds=30)
+    plan = improve_pairs.improve(w, classes.build_classes(w), start, seconds=30)
     assert evaluate.check(w, plan) == []
     assert evaluate.max_load(w, plan).value == pytest.approx(_brute(data), rel=1e-6)
     assert bf.max_load(data, plan) == pytest.approx(evaluate.max_load(w, plan).value, rel=1e-9)
@@ -33,7 +35,7 @@ def test_never_worse_and_always_valid(seed):
     w = Workload.from_paper_json(data)
     cpu = w.devices[w.num_accelerators].name
     start = {int(i): cpu for i in w.ids}
-    plan = pairs.improve(w, ip.build_classes(w), start, seconds=30)
+    plan = improve_pairs.improve(w, classes.build_classes(w), start, seconds=30)
     assert evaluate.check(w, plan) == []
     before = evaluate.max_load(w, start).value
     after = evaluate.max_load(w, plan).value

@@ -9,7 +9,8 @@ import pytest
 from conftest import PAPER, needs_paper
 from onnxsplit.api import evaluate_split
 from onnxsplit.plan import read_split
-from onnxsplit.solve import dp, evaluate
+from onnxsplit.solve import evaluate
+from onnxsplit.solve.throughput import dp
 from onnxsplit.workload import Workload
 
 pytestmark = needs_paper

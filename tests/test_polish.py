@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
-from onnxsplit.solve import evaluate, polish
+from onnxsplit.solve import evaluate
+from onnxsplit.solve.latency import polish
 from onnxsplit.workload import Workload
 from test_ip import _brute_latency_one_call
 from workloads import edge, node, workload

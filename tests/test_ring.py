@@ -9,8 +9,9 @@ import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
 from onnxsplit import api
-from onnxsplit.solve import evaluate, ring
-from onnxsplit.solve.ip import build_classes
+from onnxsplit.solve import evaluate
+from onnxsplit.solve.throughput import dp_ring
+from onnxsplit.solve.classes import build_classes
 from onnxsplit.workload import Workload
 from workloads import edge, node, workload
 
@@ -20,7 +21,7 @@ def _every_ring_split(w: Workload):
     suffix of the classes' order, the middle is cut into segments each on its own device
     (the other accelerators, the CPU cores), scored by the evaluator."""
     cl = build_classes(w)
-    rank = ring._late_source_rank(w, cl)
+    rank = dp_ring._late_source_rank(w, cl)
     order = np.argsort(rank)  # position -> class
     n, k, l = cl.n, w.num_accelerators, w.num_cpus
     names = [d.name for d in w.devices]
@@ -49,7 +50,7 @@ def _every_ring_split(w: Workload):
 def test_ring_split_is_the_best_ring_split(seed):
     data = bf.random_workload(seed, training=seed % 4 == 0, n_range=(2, 5), k_range=(1, 3), l_range=(0, 1))
     w = Workload.from_paper_json(data)
-    plan = ring.ring_split(w)
+    plan = dp_ring.ring_split(w)
     best = _every_ring_split(w)
     if plan is None:
         assert best == np.inf
@@ -70,7 +71,7 @@ def test_ring_split_keeps_tied_weights_with_the_tail():
     edges = [edge(0, 1, big), edge(0, 2, big), edge(1, 10, small), edge(2, 20, big)]
     edges += [edge(10 + i, 11 + i, small) for i in range(5)] + [edge(15, 20, small)]
     w = Workload.from_paper_json(workload(nodes, edges, k=3, l=1))
-    plan = ring.ring_split(w)
+    plan = dp_ring.ring_split(w)
     linear = api.solve(w, "throughput", "dp_linear")
     assert plan.assignment[0] == plan.assignment[20]  # the output layer sits with the tied class
     assert plan.value == pytest.approx(_every_ring_split(w), rel=1e-9)

@@ -15,7 +15,11 @@ import pytest
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
 from onnxsplit import api
 from onnxsplit.errors import OnnxsplitError
-from onnxsplit.solve import evaluate, ip, segments
+from onnxsplit.solve import evaluate
+from onnxsplit.solve.latency import bounds as latency_bounds
+from onnxsplit.solve.latency import dp as latency_dp
+from onnxsplit.solve.latency import ip as latency_ip
+from onnxsplit.solve import orders
 from onnxsplit.workload import Workload
 from workloads import edge, node, workload
 
@@ -53,7 +57,7 @@ def test_path_bound_is_below_every_plan(seed):
     w = Workload.from_paper_json(data)
     for pieces in (1, 2):
         best = _brute_min(data, pieces)
-        bound = segments.latency_lower_bound(w, pieces)
+        bound = latency_bounds.latency_lower_bound(w, pieces)
         if best is None:
             continue
         assert bound <= best * (1 + 1e-9) + 1e-9, f"pieces={pieces}: bound {bound} above optimum {best}"
@@ -77,8 +81,8 @@ def test_bound_and_latency_dp_are_exact_on_a_chain(seed):
     data = _chain(seed)
     w = Workload.from_paper_json(data)
     best = _brute_min(data, 1)
-    assert segments.latency_lower_bound(w, 1) == pytest.approx(best, rel=1e-9)
-    plan = segments.sequence_split(w)
+    assert latency_bounds.latency_lower_bound(w, 1) == pytest.approx(best, rel=1e-9)
+    plan = latency_dp.sequence_split(w)
     assert plan.status == "feasible"
     assert plan.value == pytest.approx(best, rel=1e-9)
 
@@ -101,7 +105,7 @@ def test_latency_ip_is_proven_by_the_path_bound_on_a_chain():
     w = Workload.from_paper_json(_chain(3, n=8, k=3))
     plan = api.solve(w, "latency", "ip", time_limit=30)
     assert plan.gap is not None and plan.gap <= 0.01
-    assert plan.details["path_bound"] == pytest.approx(segments.latency_lower_bound(w, 1))
+    assert plan.details["path_bound"] == pytest.approx(latency_bounds.latency_lower_bound(w, 1))
     assert plan.lower_bound <= plan.value
     assert plan.seconds >= plan.details["warm_start_seconds"] >= 0  # the warm start's time counts
 
@@ -109,7 +113,7 @@ def test_latency_ip_is_proven_by_the_path_bound_on_a_chain():
 def test_cut_sequence_needs_a_topological_order():
     w = Workload.from_paper_json(_chain(0, n=3, chords=False))
     with pytest.raises(ValueError, match="topological"):
-        segments.cut_sequence(w, [2, 1, 0], 1)
+        latency_dp.cut_sequence(w, [2, 1, 0], 1)
 
 
 def test_cut_sequence_by_hand():
@@ -117,11 +121,11 @@ def test_cut_sequence_by_hand():
     data = workload([node(i, cpu=10, acc=1, size=1) for i in range(3)],
                     [edge(0, 1, 0.5), edge(1, 2, 0.5)], k=2, l=1, mem=2)
     w = Workload.from_paper_json(data)
-    value, segs = segments.cut_sequence(w, [0, 1, 2], 2)
+    value, segs = latency_dp.cut_sequence(w, [0, 1, 2], 2)
     # two calls: {0,1} then {2}: (2 + 0.5 out) + (0.5 in + 1) = 4
     assert value == pytest.approx(4.0)
     assert [s[2] for s in segs] == [True, True]
-    value, _ = segments.cut_sequence(w, [0, 1, 2], 1)  # one call {0,1}, node 2 on the CPU
+    value, _ = latency_dp.cut_sequence(w, [0, 1, 2], 1)  # one call {0,1}, node 2 on the CPU
     assert value == pytest.approx(2.5 + 10)
 
 
@@ -135,7 +139,7 @@ def test_latency_ip_plan_never_worse_than_latency_dp():
     data = bf.random_workload(7, n_range=(5, 7), k_range=(2, 2), l_range=(1, 1))
     w = Workload.from_paper_json(data)
     quick = api.solve(w, "latency", "latency_dp")
-    plan = ip.solve_latency(w, time_limit=20, warm_start=quick.assignment)
+    plan = latency_ip.solve_latency(w, time_limit=20, warm_start=quick.assignment)
     assert plan.value <= quick.value * (1 + 1e-9)
 
 
@@ -143,5 +147,5 @@ def test_sources_move_to_just_before_their_first_consumer():
     # blocks 0, 1 are sources (weights); 2 -> 3; 0 feeds 3, 1 feeds 2
     succ = [[3], [2], [3], []]
     indegree = np.array([0, 0, 1, 2])
-    assert segments.sources_late([0, 1, 2, 3], succ, indegree) == [1, 2, 0, 3]
-    assert segments.sources_late([1, 0, 2, 3], succ, indegree) == [1, 2, 0, 3]
+    assert orders.sources_late([0, 1, 2, 3], succ, indegree) == [1, 2, 0, 3]
+    assert orders.sources_late([1, 0, 2, 3], succ, indegree) == [1, 2, 0, 3]

@@ -1,4 +1,4 @@
-"""Latency plans composed along cut vertices (solve/series.py), against brute force.
+"""Latency plans composed along cut vertices (solve/latency/series.py), against brute force.
 
 Cut vertices are checked against an enumeration of every input-to-output path
 (networkx); plans against tests/bruteforce.py's own latency model and exhaustive optimum.
@@ -15,7 +15,10 @@ import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
 from conftest import PAPER, needs_paper  # noqa: E402
 from onnxsplit import api
 from onnxsplit.errors import SolveError
-from onnxsplit.solve import evaluate, segments, series
+from onnxsplit.solve import evaluate
+from onnxsplit.solve.latency import blocks
+from onnxsplit.solve.latency import dp as latency_dp
+from onnxsplit.solve.latency import series
 from onnxsplit.workload import Workload
 from test_segments import _brute_min, _chain
 from workloads import edge, node, workload
@@ -36,7 +39,7 @@ def _cut_vertices_by_paths(w: Workload) -> set[int]:
 @pytest.mark.parametrize("seed", range(60))
 def test_cut_vertices_are_on_every_path(seed):
     w = Workload.from_paper_json(bf.random_workload(seed, n_range=(2, 9), k_range=(1, 2), l_range=(1, 1)))
-    assert set(series.cut_vertices(w)) == _cut_vertices_by_paths(w)
+    assert set(blocks.cut_vertices(w)) == _cut_vertices_by_paths(w)
 
 
 def _modules(seed: int) -> dict:
@@ -86,7 +89,7 @@ def test_some_calls_reach_into_a_block():
         w = Workload.from_paper_json(_modules(seed))
         plan = series.series_split(w, 30)
         dev = evaluate.device_array(w, plan.assignment)
-        for block in series.blocks(w, series.cut_vertices(w)):
+        for block in blocks.blocks(w, blocks.cut_vertices(w)):
             for end in (block.first, block.last):
                 if end is not None and dev[end] < w.num_accelerators:
                     share = sum(dev[v] == dev[end] for v in block.inside)
@@ -107,7 +110,7 @@ def test_colour_classes_stay_inside_one_block():
     # class lies inside the block between 0 and 4; the plan keeps it on one device
     nodes = [node(i, cpu=10.0, acc=1.0, cc=7 if i in (1, 3) else None) for i in range(6)]
     w = Workload.from_paper_json(workload(nodes, [edge(i, i + 1, 0.5) for i in range(5)], k=2, l=1))
-    kept = series._classes_whole(w, series.cut_vertices(w))
+    kept = series._classes_whole(w, blocks.cut_vertices(w))
     assert [int(w.ids[v]) for v in kept] == [0, 4, 5]
     plan = series.series_split(w, 30)
     assert plan.status == "feasible"
@@ -116,7 +119,7 @@ def test_colour_classes_stay_inside_one_block():
 
 def test_series_refuses_a_graph_without_cut_vertices():
     w = Workload.from_paper_json(workload([node(i) for i in range(4)], [edge(0, 1), edge(2, 3)]))
-    assert series.cut_vertices(w) == []
+    assert blocks.cut_vertices(w) == []
     with pytest.raises(SolveError, match="cut vertices"):
         api.solve(w, "latency", "latency_series")
 
@@ -125,7 +128,7 @@ def test_series_refuses_a_graph_without_cut_vertices():
 def test_series_beats_the_sequence_split_on_inception():
     w = Workload.from_paper_json(PAPER / "latency" / "layer_inceptionv3_inference.json")
     composed = api.solve(w, "latency", "latency_series", time_limit=60)
-    sequential = segments.sequence_split(w)
+    sequential = latency_dp.sequence_split(w)
     assert composed.status == "feasible"
     # the modules' branches run side by side: some in calls of their own, some on the CPUs
     assert composed.value < sequential.value * 0.97

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
-from onnxsplit.solve import seriesbound
+from onnxsplit.solve.latency import bound_series
 from onnxsplit.workload import Workload
 from test_segments import _brute_min, _chain
 from test_series import _modules
@@ -16,7 +16,7 @@ from workloads import edge, node, workload
 
 
 def _bound(w: Workload, seconds: float = 60.0):
-    return seriesbound.series_lower_bound(w, time.perf_counter() + seconds)
+    return bound_series.series_lower_bound(w, time.perf_counter() + seconds)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -50,10 +50,10 @@ def test_no_bound_where_an_edge_leaves_its_block():
     nodes = [node(i) for i in range(4)]
     edges = [edge(0, 1), edge(1, 2), edge(3, 1), edge(3, 2)]
     w = Workload.from_paper_json(workload(nodes, edges, k=1, l=1))
-    assert seriesbound.block_parts(w) is None
+    assert bound_series.block_parts(w) is None
     assert _bound(w) is None
 
 
 def test_a_deadline_in_the_past_gives_no_claim():
     w = Workload.from_paper_json(_modules(0))
-    assert seriesbound.series_lower_bound(w, time.perf_counter() - 1.0) is None
+    assert bound_series.series_lower_bound(w, time.perf_counter() - 1.0) is None

@@ -1,4 +1,4 @@
-"""The set-covering certificate (solve/setpart.py), against brute force and by hand.
+"""The set-covering certificate (solve/bound_setcover.py), against brute force and by hand.
 
 The brute force (tests/bruteforce.py) enumerates every class -> device map and scores it
 with its own max-load model; it never imports onnxsplit.solve.
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
-from onnxsplit.solve import ip, setpart
+from onnxsplit.solve.throughput import bound_setcover
+from onnxsplit.solve import classes
 from onnxsplit.workload import Workload
 from workloads import edge, node, workload
 
@@ -26,8 +27,8 @@ def _case(seed: int, scale: float):
 
 
 def _infeasible(w: Workload, T: float) -> bool:
-    cl = ip.build_classes(w)
-    return setpart.infeasible(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, T, None, seconds=30)
+    cl = classes.build_classes(w)
+    return bound_setcover.infeasible(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, T, None, seconds=30)
 
 
 @pytest.mark.parametrize("scale", [1, 4])
@@ -42,7 +43,7 @@ def test_never_refutes_a_load_some_plan_reaches(seed, scale):
         return
     for T in (best, best * 1.2):
         assert not _infeasible(w, T), (seed, T, best)
-    cl = ip.build_classes(w)
+    cl = classes.build_classes(w)
     work = float(np.where(cl.supported, cl.acc_fwd + cl.acc_bwd, 0).sum())
     if w.num_cpus == 0 and work > 0:
         # without CPUs all work is on k accelerators: some set holds at least work / k
@@ -76,9 +77,9 @@ def test_memory_forces_the_sets_apart():
 
 def test_no_claim_without_accelerators_or_time():
     w = _chain_of_three(cost=3.0)
-    cl = ip.build_classes(w)
-    assert not setpart.infeasible(cl, 0, 1, w.accelerator_memory, 1.0, None, seconds=30)
-    assert not setpart.infeasible(cl, 2, 0, w.accelerator_memory, 22.5, None, seconds=0.0)
+    cl = classes.build_classes(w)
+    assert not bound_setcover.infeasible(cl, 0, 1, w.accelerator_memory, 1.0, None, seconds=30)
+    assert not bound_setcover.infeasible(cl, 2, 0, w.accelerator_memory, 22.5, None, seconds=0.0)
 
 
 def test_certifies_most_small_cases_just_below_the_optimum():
@@ -97,30 +98,30 @@ def test_certifies_most_small_cases_just_below_the_optimum():
 
 
 def test_on_a_thread_of_its_own_it_bounds_from_below_the_optimum():
-    """setpart.Background (the throughput IP runs it beside its other phases): at 22.5,
+    """bound_setcover.Background (the throughput IP runs it beside its other phases): at 22.5,
     below the chain's optimum 23, it certifies the target itself; at the optimum no
     certificate can come, so it tries lower loads and ends below 23 (a plan reaches it)
     but within RETRY_SPAN of it: on this chain every load below 23 is refuted."""
     w = _chain_of_three(cost=3.0)
-    cl = ip.build_classes(w)
-    search = setpart.Background(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, 22.5, 20.0, None, 30)
+    cl = classes.build_classes(w)
+    search = bound_setcover.Background(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, 22.5, 20.0, None, 30)
     assert search.finish() == 22.5 == search.bound()
     assert 0 <= search.seconds < 30
-    search = setpart.Background(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, 23.0, 20.0, None, 30)
+    search = bound_setcover.Background(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, 23.0, 20.0, None, 30)
     bound = search.finish()
     assert bound is not None and 22.5 <= bound < 23.0
-    assert bound >= 23.0 / (1 + setpart.RETRY_SPAN)  # every load below 23 here is refuted (22.99 too)
+    assert bound >= 23.0 / (1 + bound_setcover.RETRY_SPAN)  # every load below 23 here is refuted (22.99 too)
 
 
 def test_a_stopped_search_claims_nothing():
     """Stopped before its first round, no certificate comes even where one exists; an
     error in the thread reaches the caller."""
     w = _chain_of_three(cost=3.0)
-    cl = ip.build_classes(w)
+    cl = classes.build_classes(w)
     stop = threading.Event()
     stop.set()
-    assert not setpart.infeasible(cl, 2, 0, w.accelerator_memory, 22.5, None, seconds=30, stop=stop)
-    broken = setpart.Background(None, 2, 0, w.accelerator_memory, 22.5, 0.0, None, 30)
+    assert not bound_setcover.infeasible(cl, 2, 0, w.accelerator_memory, 22.5, None, seconds=30, stop=stop)
+    broken = bound_setcover.Background(None, 2, 0, w.accelerator_memory, 22.5, 0.0, None, 30)
     with pytest.raises(AttributeError):
         broken.finish()
     assert broken.bound() is None
@@ -135,12 +136,12 @@ def test_lower_loads_stay_below_every_load_found_hopeless(monkeypatch):
 
     def oracle(sets, k, l, T, plan_devices, seconds, stop):
         tried.append(T)
-        return setpart.PROVEN if T < 22.0 else setpart.EXHAUSTED
+        return bound_setcover.PROVEN if T < 22.0 else bound_setcover.EXHAUSTED
 
-    monkeypatch.setattr(setpart, "_search", oracle)
+    monkeypatch.setattr(bound_setcover, "_search", oracle)
     w = _chain_of_three(cost=3.0)
-    bound = setpart.Background(ip.build_classes(w), 2, 0, w.accelerator_memory, 30.0, 10.0, None, 30).finish()
+    bound = bound_setcover.Background(classes.build_classes(w), 2, 0, w.accelerator_memory, 30.0, 10.0, None, 30).finish()
     assert tried[0] == 30.0 and len(tried) > 3
     for i, T in enumerate(tried):
         assert all(T < earlier for earlier in tried[:i] if earlier >= 22.0), tried
-    assert 22.0 / (1 + setpart.RETRY_SPAN) <= bound < 22.0
+    assert 22.0 / (1 + bound_setcover.RETRY_SPAN) <= bound < 22.0

@@ -1,4 +1,4 @@
-"""The spreading-metric lower bound (solve/spread.py), against brute force and by hand.
+"""The spreading-metric lower bound (solve/bound_spread.py), against brute force and by hand.
 
 The brute force (tests/bruteforce.py) enumerates every class -> device map and scores it
 with its own max-load model; it never imports onnxsplit.solve.
@@ -9,15 +9,17 @@ from __future__ import annotations
 import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
-from onnxsplit.solve import bounds, ip, spread
+from onnxsplit.solve.throughput import bound_spread
+from onnxsplit.solve.throughput import bounds
+from onnxsplit.solve import classes
 from onnxsplit.workload import Workload
 from workloads import edge, node, workload
 
 
 def _bound(w: Workload, upper: float) -> float | None:
-    cl = ip.build_classes(w)
+    cl = classes.build_classes(w)
     floor = bounds.packing_bound(*cl.device_costs(), w.num_accelerators, w.num_cpus)
-    return spread.spreading_bound(cl, w.num_accelerators, w.num_cpus, floor, upper, seconds=30)
+    return bound_spread.spreading_bound(cl, w.num_accelerators, w.num_cpus, floor, upper, seconds=30)
 
 
 @pytest.mark.parametrize("scale", [1, 4])
@@ -53,7 +55,7 @@ def test_a_chain_that_must_pay_a_transfer_is_proven():
     w = _chain(1.0)
     value = _bound(w, upper=3.0)
     assert value == pytest.approx(3.0, rel=1e-5)
-    assert bounds.packing_bound(*ip.build_classes(w).device_costs(), 2, 0) == pytest.approx(2.0)
+    assert bounds.packing_bound(*classes.build_classes(w).device_costs(), 2, 0) == pytest.approx(2.0)
 
 
 def test_a_free_cut_adds_nothing():

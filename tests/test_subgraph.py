@@ -1,4 +1,4 @@
-"""Bounds from parts of the graph (solve/subgraph.py), against brute force.
+"""Bounds from parts of the graph (solve/bound_parts.py), against brute force.
 
 The brute force (tests/bruteforce.py) enumerates every class -> device map and scores
 it with its own max-load model; it never imports onnxsplit.solve.
@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
-from onnxsplit.solve import evaluate, ip, subgraph
+from onnxsplit.solve import evaluate
+from onnxsplit.solve.throughput import bound_parts
+from onnxsplit.solve.throughput import ip
 from onnxsplit.workload import Workload
 
 
@@ -35,7 +37,7 @@ def test_a_part_never_needs_more_than_the_whole(seed):
     # and restricted() builds that same sub-workload
     w = Workload.from_paper_json(data)
     mask = np.array([int(i) in keep for i in w.ids])
-    sub = subgraph.restricted(w, mask)
+    sub = w.restricted(mask)
     assert sorted(int(i) for i in sub.ids) == sorted(keep)
     assert sub.to_paper_json()["edges"] == _sub_data(data, keep)["edges"]
 
@@ -54,7 +56,7 @@ def test_grown_part_bounds_stay_below_the_optimum(seed):
         seen.append(sub.n)
         return ip._part_bound(sub, start, seconds, 1e-6, opts)
 
-    bound = subgraph.grown_part_bounds(w, best, 30, np.inf, solve)
+    bound = bound_parts.grown_part_bounds(w, best, 30, np.inf, solve)
     assert seen, "no part was tried"
     assert bound is not None and bound <= whole * (1 + 1e-6) + 1e-9
 
@@ -70,7 +72,7 @@ def test_a_part_is_solved_only_where_it_could_raise_the_bound(seed):
     w = Workload.from_paper_json(data)
     keep = np.zeros(w.n, dtype=bool)
     keep[list(w.topological_order)[: max(2, w.n // 2)]] = True
-    sub = subgraph.restricted(w, keep)
+    sub = w.restricted(keep)
     ids = set(int(i) for i in sub.ids)
     start = {i: d for i, d in best.items() if i in ids}
     part, _ = bf.brute_min_max_load(_sub_data(data, ids), chain=False)

@@ -80,14 +80,14 @@ def main() -> None:
     args = ap.parse_args()
 
     from onnxsplit.errors import OnnxsplitError
-    from onnxsplit.solve import baselines
+    from onnxsplit.solve import methods as registry
     from onnxsplit.workload import Workload
 
     expected = json.loads((args.data / "expected.json").read_text())
     # compile the JIT kernels before timing anything
     warm = Workload.from_paper_json(args.data / "throughput" / "layer_bert24_inference.json")
     for m in ("local_search", "pipedream", "scotch", "metis"):
-        baselines.solve(warm, m, restarts=1)
+        registry.solve(warm, "throughput", m, registry.options_for(m, others="ignore", restarts=1))
 
     kinds = ["throughput", "latency"] if args.kind == "all" else [args.kind]
     head = (f"{'workload':34} {'objective':10} {'method':15} {'value':>11} {'reference':>11} {'ratio':>7} "
@@ -108,7 +108,8 @@ def main() -> None:
                         continue
                 t = time.perf_counter()
                 try:
-                    plan = baselines.solve(w, method, kind, seed=args.seed, restarts=args.restarts, split=split)
+                    plan = registry.solve(w, kind, method, registry.options_for(
+                        method, others="ignore", seed=args.seed, restarts=args.restarts, split=split))
                 except OnnxsplitError as e:
                     print(f"{name:34} {kind:10} {method:15} error: {e}")
                     continue

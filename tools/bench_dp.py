@@ -30,7 +30,7 @@ def default_data() -> Path:
 def child(path: str, repeat: int) -> None:
     import time
 
-    from onnxsplit.solve import dp
+    from onnxsplit.solve.throughput import dp
     from onnxsplit.workload import Workload
 
     w = Workload.from_paper_json(path)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import interrupt
-from ..errors import TooManyIdeals
+from ... import interrupt
+from ...errors import TooManyIdeals
 
 DEFAULT_IDEAL_LIMIT = 1_000_000
 

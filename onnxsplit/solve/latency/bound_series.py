@@ -39,10 +39,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..workload import Workload
-from . import evaluate, series
+from ...workload import Workload
+from .. import evaluate
+from . import blocks as series
+from .bounds import latency_lower_bound
 from .cpsat import solve_latency_cp
-from .segments import latency_lower_bound
 
 SOLVE_SECONDS = 30.0  # at most, for one entry's program
 WORKERS = 2  # entries solved at once (each in a CP-SAT worker process of its own)

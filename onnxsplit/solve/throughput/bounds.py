@@ -18,7 +18,8 @@ import math
 
 import numpy as np
 
-from ..workload import Workload
+from ...workload import Workload
+from ..classes import build_classes
 
 _STEPS = 50  # bisection steps for the packing bound (relative precision ~1e-15)
 
@@ -26,8 +27,6 @@ _STEPS = 50  # bisection steps for the packing bound (relative precision ~1e-15)
 def max_load_lower_bound(w: Workload) -> float:
     """The larger of :func:`work_bound` and :func:`packing_bound`: no plan's max load
     (forward plus backward on one device) is below it."""
-    from .ip import build_classes
-
     return packing_bound(*build_classes(w).device_costs(), w.num_accelerators, w.num_cpus)
 
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import time
 
+import mip
 import numpy as np
 
-from ..workload import Workload
-from . import evaluate
+from ...workload import Workload
+from .. import evaluate
+from ..milp import crossing, new_model, optimize
 
 PAIR_GAP = 1e-3  # each division is solved this close to its optimum ...
 PAIR_SECONDS = 5.0  # ... or for at most this long
@@ -64,16 +66,13 @@ def _best_division(w: Workload, cl, cls_dev: np.ndarray, d1: int, d2: int, solve
     """The classes on d1 and d2 divided between them to minimise the larger of the two
     loads (memory, support and transfers as in the full program); None if the solver
     returns nothing."""
-    import mip
-
-    from .ip import _new_model, crossing, optimize
 
     k = w.num_accelerators
     free = [g for g in range(cl.n) if cls_dev[g] in (d1, d2)]
     if not free:
         return None
     acc_cost, cpu_cost = cl.device_costs()
-    model = _new_model(solver, PAIR_GAP, False)
+    model = new_model(solver, PAIR_GAP, False)
     x = {}
     for g in free:
         for d in (d1, d2):

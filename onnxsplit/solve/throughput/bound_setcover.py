@@ -37,10 +37,11 @@ from __future__ import annotations
 import threading
 import time
 
+import highspy
 import numpy as np
 from numba import njit
 
-from ..workload import csr
+from ...workload import csr
 
 # known sets (the best-priced) that local search starts from, each round: the sets the MIP
 # found lay 70-140 classes from the 8 best-priced but 2-30 from some lower-ranked one
@@ -254,7 +255,6 @@ class _Master:
     CPUs (<= l); an artificial column per class keeps it feasible."""
 
     def __init__(self, n: int, k: int, l: int):
-        import highspy
 
         self.highspy = highspy
         self.n = n
@@ -316,7 +316,6 @@ class _Pricing:
     early once ``stop`` is set."""
 
     def __init__(self, sets: _Sets, T: float, stop: threading.Event):
-        import highspy
 
         self.highspy = highspy
         self.n = n = sets.n

@@ -19,16 +19,17 @@ the middle's boundary carries).  Memory and accelerator support are respected.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 from numba import njit
 
-from ..plan import Plan
-from ..workload import Workload
-from .baselines import finish
-from .ip import build_classes
-from .segments import sources_late
+from ...plan import Plan
+from ...workload import Workload
+from ..classes import build_classes
+from ..finish import finish
+from ..orders import sources_late
 
 STARTS = 48  # candidate starts of the middle, at most (the first few, then evenly spread)
 MOST_CLASSES = 2500  # beyond, no ring split: its table of segment boundaries grows as the square
@@ -85,8 +86,6 @@ def _late_source_rank(w: Workload, cl) -> np.ndarray:
 
 def _reordered(cl, rank: np.ndarray):
     """``cl`` with class g renumbered rank[g]."""
-    import dataclasses
-
     inverse = np.argsort(rank)
     return dataclasses.replace(
         cl, of_node=rank[cl.of_node], acc_fwd=cl.acc_fwd[inverse], acc_bwd=cl.acc_bwd[inverse],

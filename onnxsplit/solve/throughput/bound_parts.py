@@ -19,16 +19,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..workload import Workload
+from ...workload import Workload
 
 FRACTIONS = (0.5, 0.6, 0.7, 0.8, 0.9)  # of the nodes, prefixes and suffixes grown in turn
-
-
-def restricted(w: Workload, keep: np.ndarray) -> Workload:
-    """The sub-workload of the nodes in ``keep`` (a node mask) and the edges among them."""
-    ids = set(int(i) for i in w.ids[keep])
-    return w.replace(nodes=tuple(n for n in w.nodes if n.id in ids),
-                     edges=tuple(e for e in w.edges if e.source in ids and e.dest in ids))
 
 
 def grown_part_bounds(w: Workload, start: dict[int, str], seconds: float, enough: float,
@@ -52,7 +45,7 @@ def grown_part_bounds(w: Workload, start: dict[int, str], seconds: float, enough
                 continue
             keep = np.zeros(w.n, dtype=bool)
             keep[order[:m] if side == "prefix" else order[w.n - m:]] = True
-            sub = restricted(w, keep)
+            sub = w.restricted(keep)
             ids = set(int(i) for i in sub.ids)
             bound, solved = solve(sub, {i: d for i, d in start.items() if i in ids}, left / 2)
             if bound is not None:

@@ -34,11 +34,12 @@ import numpy as np
 from numba import njit, objmode
 from numba.core.errors import NumbaWarning
 
-from .. import interrupt, limits
-from ..errors import SolveError, TooManyIdeals
-from ..plan import Plan, gap_of
-from ..workload import Workload
-from . import anytime, evaluate, lattice, preprocess
+from ... import interrupt, limits
+from ...errors import SolveError, TooManyIdeals
+from ...plan import Plan, gap_of
+from ...workload import Workload
+from .. import anytime, evaluate, preprocess
+from . import lattice
 from .bounds import max_load_lower_bound
 
 # the kernel runs without the GIL (the main thread keeps watching for Ctrl-C) and takes it
@@ -417,7 +418,7 @@ def solve(workload: Workload, linear_only: bool = False,
         if best is None or res.value < best.value:
             best = res
             if np.isfinite(res.value):  # in hand should the method be stopped (anytime.py)
-                anytime.offer(_assignment(workload, inst, res.parts)[0], "a linearized DP order")
+                anytime.offer(plan_assignment(workload, inst, res.parts)[0], "a linearized DP order")
     details: dict = {}
     if best is None:
         details["stopped"] = f"ran out of time ({time_limit:g} s) before the first plan"
@@ -453,7 +454,7 @@ def solve(workload: Workload, linear_only: bool = False,
         # no plan: infeasible when the search was complete (dp_linear: along its orders)
         status = "infeasible" if (proven or linear_only) and not timed_out else "time_limit"
         return Plan("throughput", method, status, None, {}, seconds=time.perf_counter() - start, details=details)
-    assignment, stages = _assignment(workload, best_inst, best.parts)
+    assignment, stages = plan_assignment(workload, best_inst, best.parts)
     scored = evaluate.max_load(workload, assignment).value
     if abs(scored - best.value) > 1e-6 * max(1.0, abs(scored)):
         raise SolveError(f"internal error: DP value {best.value} but the evaluator scores the plan {scored}")
@@ -500,7 +501,7 @@ def _lattice(workload: Workload, inst: DPInstance, k: int, l: int, ideal_limit: 
     return None, inst, True, why
 
 
-def _assignment(workload: Workload, inst: DPInstance, parts) -> tuple[dict[int, str], list[str]]:
+def plan_assignment(workload: Workload, inst: DPInstance, parts) -> tuple[dict[int, str], list[str]]:
     c = inst.contracted
     members = c.members
     counters = {"acc": 0, "cpu": 0}

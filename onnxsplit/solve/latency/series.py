@@ -14,7 +14,7 @@ another.  The plans built here:
 
 A DP over the cut vertices and the calls used so far picks the best combination; where
 every edge stays inside a block its value is the evaluator's latency of the plan.  What
-this adds to :func:`segments.sequence_split`: a block's branches run side by side, some
+this adds to latency_dp (:func:`.dp.sequence_split`): a block's branches run side by side, some
 in calls and some on the CPUs, where the sequence split runs segments one after another.
 On Inception-v3 (12 accelerators of 2 GiB) it cuts the best latency from 1279.2 to
 1199.7 (1211.7 with calls at whole blocks only).
@@ -27,98 +27,16 @@ import time
 
 import numpy as np
 
-from ..plan import Plan
-from ..workload import Workload
-from . import evaluate
-from .baselines import class_members, finish as wrap
-from .subgraph import restricted
+from ...plan import Plan
+from ...workload import Workload
+from .. import evaluate
+from ..classes import class_members
+from ..finish import finish as wrap
+from .blocks import BLOCK_NODES, Block, block_workload, blocks, cut_vertices
+from .ip import solve_latency
 
 SOLVE_SECONDS = 10.0  # at most, for one block's IP
-BLOCK_NODES = 64  # larger blocks get no IP of their own (all on the CPUs, or inside a call)
 MOST_CUTS = 150  # beyond, every j-th cut vertex only (blocks merge; the DP stays quick)
-
-
-def cut_vertices(w: Workload) -> list[int]:
-    """Nodes (indices, in topological order) that every input-to-output path passes
-    through; with several sources, counted on the graph without them."""
-    sources = [v for v in range(w.n) if not w.predecessors[v]]
-    core = np.ones(w.n, dtype=bool)
-    if len(sources) > 1:
-        core[sources] = False
-    order = [v for v in w.topological_order if core[v]]
-    into = [0] * w.n
-    out_of = [0] * w.n
-    for v in order:
-        preds = [u for u in w.predecessors[v] if core[u]]
-        into[v] = sum(into[u] for u in preds) if preds else 1
-    for v in reversed(order):
-        succs = [s for s in w.successors[v] if core[s]]
-        out_of[v] = sum(out_of[s] for s in succs) if succs else 1
-    total = sum(into[v] for v in order if not any(core[s] for s in w.successors[v]))
-    return [v for v in order if into[v] * out_of[v] == total]
-
-
-@dataclasses.dataclass
-class Block:
-    """The nodes between two consecutive cut vertices (``first`` None: before the first
-    one; ``last`` None: after the last one)."""
-
-    first: int | None
-    inside: list[int]
-    last: int | None
-
-
-def blocks(w: Workload, cuts: list[int]) -> list[Block]:
-    """The blocks around ``cuts``, prefix and suffix included; a source set aside joins
-    the block where its first consumer is."""
-    pos = np.empty(w.n, dtype=np.int64)
-    pos[list(w.topological_order)] = np.arange(w.n)
-    cut_pos = np.array([pos[c] for c in cuts], dtype=np.int64)
-    is_cut = np.zeros(w.n, dtype=bool)
-    is_cut[cuts] = True
-    out = [Block(None, [], cuts[0])] + [Block(a, [], b) for a, b in zip(cuts, cuts[1:])] + [Block(cuts[-1], [], None)]
-    for v in w.topological_order:
-        if is_cut[v]:
-            continue
-        at = pos[v] if w.predecessors[v] else min((pos[s] for s in w.successors[v]), default=pos[v])
-        out[int(np.searchsorted(cut_pos, at, side="right"))].inside.append(v)
-    return out
-
-
-def block_workload(w: Workload, block: Block, accelerators: int, first_room: float | None = None,
-                   last_room: float | None = None) -> Workload:
-    """The block alone.  An end cut vertex is pinned to the CPUs at no cost (its room None),
-    or to an accelerator call at no compute (a CPU time above any plan's) that holds at
-    most its room of the block's memory.  The block's latency is then the time from the
-    first end's finish to the last end's inputs (or through the last end's call)."""
-    memory = float(w.accelerator_memory)
-    ends = [v for v in (block.first, block.last) if v is not None]
-    worst = pinned_cost(w, block, accelerators)
-    pinned = {int(w.ids[v]): room for v, room in ((block.first, first_room), (block.last, last_room))
-              if v is not None}
-    keep = np.zeros(w.n, dtype=bool)
-    keep[block.inside] = True
-    keep[ends] = True
-
-    def pin(n):
-        room = pinned[n.id]
-        if room is not None:
-            return dataclasses.replace(n, supported=True, cpu_latency=worst, acc_latency=0.0, color_class=None,
-                                       size=max(0.0, memory - room))
-        return dataclasses.replace(n, supported=False, cpu_latency=0.0, acc_latency=0.0, size=0.0, color_class=None)
-
-    sub = restricted(w, keep)
-    return sub.replace(nodes=tuple(pin(n) if n.id in pinned else n for n in sub.nodes),
-                       num_accelerators=accelerators)
-
-
-def pinned_cost(w: Workload, block: Block, accelerators: int) -> float:
-    """A latency above every plan of :func:`block_workload`'s that keeps its pinned ends
-    where they are pinned (a path meets each of the calls once, and a call receives and
-    sends each tensor at most once): a value at or above it means no such plan."""
-    nodes = block.inside + [v for v in (block.first, block.last) if v is not None]
-    return float(w.cpu_latency[block.inside].sum() + w.acc_latency[block.inside].sum()
-                 + 2 * (accelerators + 1) * w.out_cost[nodes].sum()) + 1.0
 
 
 @dataclasses.dataclass
@@ -143,8 +61,6 @@ def block_plans(w: Workload, block: Block, most: int, deadline: float) -> dict[i
     """t -> the best plan found for the block with both ends on the CPUs and at most t
     calls; t grows until one more call gains nothing, ``most`` is reached, or the
     deadline passes.  Each IP starts from the plan before."""
-    from .ip import solve_latency
-
     if not block.inside:
         return {0: Option(0.0, {}, 0)}
     sub = block_workload(w, block, 0)
@@ -170,8 +86,6 @@ def reaching_plan(w: Workload, block: Block, first_in_call: bool, deadline: floa
     """The block's best plan when the call that holds one end (the first: it ends in the
     block; the last: it begins in the block) takes at most half the block's memory, and
     nothing else runs on an accelerator; empty if none was found in time."""
-    from .ip import solve_latency
-
     left = deadline - time.perf_counter()
     if not block.inside or len(block.inside) > BLOCK_NODES or left <= 0.2:
         return []

@@ -21,9 +21,9 @@ import time
 import numpy as np
 from numba import njit
 
-from ..workload import Workload, csr
-from . import evaluate
-from .baselines import class_members
+from ...workload import Workload, csr
+from .. import evaluate
+from ..classes import class_members
 
 
 def polish_latency(w: Workload, assignment: dict[int, str], seconds: float) -> tuple[dict[int, str], float]:

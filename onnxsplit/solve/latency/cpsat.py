@@ -17,7 +17,7 @@ proven bound holds here too; the plans it finds are re-scored by the evaluator.
 CP-SAT runs in worker processes of its own (:func:`solve_latency_cp`): OR-Tools' wheel
 bundles a HiGHS library under the same name as highspy's (``libhighs.so.1``) but of
 another version, and a process loads only one of them: python-mip's HiGHS and CP-SAT
-cannot share a process.  A worker is a plain ``python -m onnxsplit.solve.cpsat`` that
+cannot share a process.  A worker is a plain ``python -m onnxsplit.solve.latency.cpsat`` that
 reads (workload, options) and writes back a Plan, pickled, on its standard streams;
 workers start on first use, wait for the next call, and end with this process.
 """
@@ -36,11 +36,12 @@ import time
 
 import numpy as np
 
-from ..errors import SolveError
-from ..plan import Plan, gap_of
-from ..workload import Workload
-from . import evaluate, isolated
-from .segments import latency_lower_bound, longest_paths
+from ...errors import SolveError
+from ...plan import Plan, gap_of
+from ...workload import Workload
+from .. import evaluate, isolated
+from ..finish import status_label
+from .bounds import latency_lower_bound, latency_upper_bound, longest_paths, runs_nowhere
 
 UNITS = 2 ** 30  # integer steps in the best known latency (and in one accelerator's memory)
 WORKERS = 2  # CP-SAT's search workers (its portfolio: with one, some blocks took 10x longer)
@@ -73,14 +74,13 @@ def _solve_here(w: Workload, *, time_limit: float, gap: float, warm_start: dict[
     """The model, built and solved in this process (a worker's: see the module docstring)."""
     from ortools.sat.python import cp_model
 
-    from .ip import _latency_upper_bound, _runs_nowhere, _status_label
 
     began = time.perf_counter()
     k, l, n = w.num_accelerators, w.num_cpus, w.n
-    if (why := _runs_nowhere(w)) is not None:
+    if (why := runs_nowhere(w)) is not None:
         return Plan("latency", "cp_sat", "infeasible", None, {}, seconds=time.perf_counter() - began,
                     details={"why": why})
-    ub, start_plan = _latency_upper_bound(w, warm_start, 1)
+    ub, start_plan = latency_upper_bound(w, warm_start, 1)
     unit = ub / UNITS
 
     def ticks(seconds) -> int:  # rounded down; all beyond the best known alike (inf too)
@@ -195,7 +195,7 @@ def _solve_here(w: Workload, *, time_limit: float, gap: float, warm_start: dict[
     value = evaluate.latency(w, assignment).value
     lb = min(bound, value)
     g = gap_of(value, lb)
-    return Plan("latency", "cp_sat", _status_label(status == cp_model.OPTIMAL, g), value, assignment,
+    return Plan("latency", "cp_sat", status_label(status == cp_model.OPTIMAL, g), value, assignment,
                 lower_bound=lb, gap=g, seconds=seconds, details=details)
 
 

@@ -32,7 +32,7 @@ import time
 import numpy as np
 from numba import njit
 
-from ..workload import Workload, csr
+from ...workload import Workload, csr
 
 BIG = 1e18  # an arc no finite cut crosses
 

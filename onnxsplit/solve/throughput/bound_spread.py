@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 
+import highspy
 import numpy as np
 from numba import njit
 
@@ -72,7 +73,6 @@ class _SpreadingLP:
     """The LP on highspy (the HiGHS that python-mip runs), grown one source class at a time."""
 
     def __init__(self, cl, k: int, l: int, floor: float, upper: float):
-        import highspy
 
         self.highs = h = highspy.Highs()
         h.setOptionValue("output_flag", False)

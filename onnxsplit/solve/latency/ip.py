@@ -1,0 +1,227 @@
+"""The paper's latency integer program: min single-stream latency with up to ``pieces``
+contiguous calls per accelerator (python-mip, HiGHS by default).
+
+Its phases: the path bound (:mod:`.bounds`); the bound composed along cut vertices
+(:mod:`.bound_series`); the program built and solved from the warm start; the plan read
+back and re-scored by the evaluator.  Write-up: docs/latency.md.
+"""
+
+from __future__ import annotations
+
+import time
+
+import mip
+import numpy as np
+
+from ...errors import OnnxsplitError
+from ...plan import Plan, gap_of
+from ...workload import Workload
+from .. import evaluate
+from ..finish import status_label
+from ..milp import finite, new_model, optimize
+from .bound_series import block_parts, series_lower_bound
+from .bounds import latency_lower_bound, latency_upper_bound, longest_paths, runs_nowhere
+from .cpsat import available as cp_sat_available
+
+
+PATH_BOUND_SHARE = 0.25  # of the latency IP's time left, at most, for the path bound's cuts
+
+
+SERIES_BOUND_SHARE = 0.6  # of the latency IP's time left after the path bound, for the composed bound
+
+
+def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, solver: str = "highs",
+                  warm_start: dict[int, str] | None = None, gap: float = 0.01,
+                  verbose: bool = False, series_bound: bool = True) -> Plan:
+    """Min single-stream latency with up to ``pieces`` contiguous calls per accelerator.
+
+    The paper's latency IP: x[v, s] puts node v in slot s (the CPUs, with unbounded
+    parallelism, or piece p of accelerator d); each piece is convex; a piece starts once
+    every tensor it receives is ready, then computes, receives and sends; a node's finish
+    time is its piece's finish; pieces of one accelerator run one after another.  The
+    big-M is the best latency known beforehand (all on the CPUs, or the warm start), which
+    also caps the objective.  Identical accelerators are ordered by the first node of their
+    first piece; a piece is used only if the one before it is.  The objective starts at
+    the path bound (:func:`segments.latency_lower_bound`), which sees the memory limit
+    forcing layers apart and the branches beside a path where the LP relaxation does
+    not (at most PATH_BOUND_SHARE of the time left); a warm start already within
+    ``gap`` of it is returned without building the program.  Next, with one call per
+    accelerator (and ``series_bound``), the bound composed along the cut vertices
+    (:mod:`seriesbound`, its blocks solved by CP-SAT) gets SERIES_BOUND_SHARE of the time
+    left, and again a warm start it proves within ``gap`` is returned as it is.
+    """
+    if pieces < 1:
+        raise OnnxsplitError("--pieces must be at least 1")
+    start_time = time.perf_counter()
+    k, l, n = w.num_accelerators, w.num_cpus, w.n
+    order = list(w.topological_order)
+    pos = {v: i for i, v in enumerate(order)}
+    cost = w.out_cost
+    edges = list(zip(w.edge_src.tolist(), w.edge_dst.tolist()))
+
+    if (why := runs_nowhere(w)) is not None:
+        return Plan("latency", "ip", "infeasible", None, {}, seconds=time.perf_counter() - start_time,
+                    details={"why": why})
+    ub, start_plan = latency_upper_bound(w, warm_start, pieces)
+    cheapest = np.minimum(w.cpu_latency if l > 0 else np.inf, np.where(w.supported, w.acc_latency, np.inf))
+    # head[v]: longest path into v (inclusive), each node at its cheapest latency.  v cannot
+    # finish before it (a call's finish includes all its work, and its inputs come first);
+    # it bounds lat[v] below and shrinks the big-M of "v finishes with its call".  (No
+    # tail bound: lat[v] is its call's finish, which may already include v's successors.)
+    head = longest_paths(w, cheapest)[0]
+    # the LP relaxation does not see the memory limit forcing layers apart; the best cut
+    # of a few heavy paths does (segments.py), and bounds the objective from below
+    path_seconds = PATH_BOUND_SHARE * max(0.0, time_limit - (time.perf_counter() - start_time))
+    floor = max(float(head.max(initial=0.0)), latency_lower_bound(w, pieces, seconds=path_seconds))
+    details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub, "path_bound": floor}
+
+    def proven_start():
+        """The warm start, where the bounds so far prove it within the gap; else None."""
+        if start_plan is None or gap_of(ub, floor) is None or gap_of(ub, floor) > gap:
+            return None
+        a, pc = start_plan
+        value = evaluate.latency(w, a, pc).value
+        lb = min(floor, value)
+        g = gap_of(value, lb)
+        return Plan("latency", "ip", status_label(True, g), value, a, lower_bound=lb, gap=g,
+                    seconds=time.perf_counter() - start_time, pieces=pc, details=details)
+
+    if (plan := proven_start()) is not None:
+        return plan
+    # the bound composed along cut vertices sees parallel branches competing for the
+    # accelerators, which neither the path bound nor the program's relaxation does: where
+    # it applies, it gets SERIES_BOUND_SHARE of the time left, before the program is built
+    parts = block_parts(w) if series_bound and pieces == 1 and cp_sat_available() else None
+    if parts:
+        left = time_limit - (time.perf_counter() - start_time)
+        composed = series_lower_bound(w, time.perf_counter() + SERIES_BOUND_SHARE * left, ub * (1 - gap), parts)
+        details["series_bound"] = float(composed) if composed is not None else None
+        floor = max(floor, composed or 0.0)
+        if (plan := proven_start()) is not None:
+            return plan
+    model = new_model(solver, gap, verbose)
+    slots = [(d, p) for d in range(k) for p in range(pieces)]
+    CPU = (-1, 0)
+    x: dict[tuple[int, tuple[int, int]], mip.Var] = {}
+    for v in range(n):
+        if l > 0:
+            x[v, CPU] = model.add_var(var_type=mip.BINARY)
+        if w.supported[v]:
+            for s in slots:
+                x[v, s] = model.add_var(var_type=mip.BINARY)
+    for v in range(n):
+        model += mip.xsum(x[v, s] for s in [CPU] + slots if (v, s) in x) == 1
+    # colour classes: one device for the whole class (its pieces may differ)
+    first_of: dict[int, int] = {}
+    for v in range(n):
+        c = int(w.color_class[v])
+        if c not in first_of:
+            first_of[c] = v
+            continue
+        u = first_of[c]
+        if l > 0:
+            model += x[v, CPU] == x[u, CPU]
+        for d in range(k):
+            on_v = [x[v, (d, p)] for p in range(pieces) if (v, (d, p)) in x]
+            on_u = [x[u, (d, p)] for p in range(pieces) if (u, (d, p)) in x]
+            model += mip.xsum(on_v) == mip.xsum(on_u)
+    for d in range(k):
+        model += mip.xsum(w.size[v] * x[v, (d, p)] for v in range(n) for p in range(pieces)
+                          if (v, (d, p)) in x) <= w.accelerator_memory
+
+    def xs(v, s):
+        return x.get((v, s), 0)
+
+    lat = [model.add_var(lb=float(head[v]), ub=max(float(head[v]), ub)) for v in range(n)]
+    st = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
+    fin = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
+    senders = sorted({u for u, _ in edges})
+    for s in slots:
+        on_slot = [v for v in range(n) if (v, s) in x]
+        z = {v: model.add_var(lb=0.0, ub=1.0) for v in range(n)}
+        for v in on_slot:
+            model += z[v] >= x[v, s]
+        cin = {u: model.add_var(lb=0.0, ub=1.0) for u in senders}
+        cout = {u: model.add_var(lb=0.0, ub=1.0) for u in senders}
+        for u, t in edges:
+            model += z[t] <= z[u]
+            if (t, s) in x:
+                model += z[t] <= xs(t, s) - xs(u, s) + 1
+            if (t, s) in x:
+                model += cin[u] >= xs(t, s) - xs(u, s)
+            if (u, s) in x:
+                model += cout[u] >= xs(u, s) - xs(t, s)
+        for u in senders:
+            model += st[s] >= lat[u] - (1 - cin[u]) * ub
+        work = mip.xsum(w.acc_latency[v] * x[v, s] for v in on_slot)
+        comm = mip.xsum(cost[u] * (cin[u] + cout[u]) for u in senders if cost[u] > 0)
+        model += fin[s] == st[s] + work + comm
+        for v in on_slot:
+            model += lat[v] >= fin[s] - (1 - x[v, s]) * max(0.0, ub - float(head[v]))
+    for v in range(n):
+        if l > 0:
+            model += lat[v] >= w.cpu_latency[v] * x[v, CPU]
+    for u, t in edges:
+        model += lat[t] >= lat[u] + (w.cpu_latency[t] * x[t, CPU] if l > 0 else 0)
+    for d in range(k):
+        for p in range(1, pieces):
+            model += st[d, p] >= fin[d, p - 1]
+            for v in range(n):
+                if (v, (d, p)) in x:
+                    model += x[v, (d, p)] <= mip.xsum(x[u, (d, p - 1)] for u in range(n) if (u, (d, p - 1)) in x)
+        if d >= 1:
+            for v in range(n):
+                if (v, (d, 0)) in x:
+                    model += x[v, (d, 0)] <= mip.xsum(x[u, (d - 1, 0)] for u in range(n)
+                                                      if pos[u] < pos[v] and (u, (d - 1, 0)) in x)
+    T = model.add_var(lb=min(floor, ub), ub=ub)
+    for v in range(n):
+        model += T >= lat[v]
+    model.objective = T
+    if start_plan is not None:
+        a, pc = start_plan
+        model.start = [(var, 1.0 if _slot_of(w, a, pc, v) == s else 0.0) for (v, s), var in x.items()]
+    left = time_limit - (time.perf_counter() - start_time)
+    status = optimize(model, max(1.0, left))
+    method = "ip"
+    bound = finite(model.objective_bound)
+    bound = max(bound, floor) if bound is not None else floor
+    seconds = time.perf_counter() - start_time
+    assignment: dict[int, str] = {}
+    piece_of: dict[int, int] = {}
+    if model.num_solutions:
+        names = [dv.name for dv in w.devices]
+        for (v, s), var in x.items():
+            if var.x is not None and var.x > 0.5:
+                nid = int(w.ids[v])
+                if s == CPU:
+                    assignment[nid] = names[k]  # the latency model's CPUs are one pool
+                else:
+                    assignment[nid] = names[s[0]]
+                    piece_of[nid] = s[1] + 1
+    # none found, or one the solver's tolerances let over a memory limit by a few bytes
+    if not assignment or evaluate.check(w, assignment):
+        if start_plan is not None:  # the solver kept nothing better than the warm start
+            a, pc = start_plan
+            value = evaluate.latency(w, a, pc).value
+            lb = min(bound, value) if bound is not None else None
+            return Plan("latency", method, "time_limit", value, a, lower_bound=lb, gap=gap_of(value, lb),
+                        seconds=seconds, pieces=pc, details=details)
+        st_label = "infeasible" if status == mip.OptimizationStatus.INFEASIBLE else "time_limit"
+        return Plan("latency", method, st_label, None, {}, lower_bound=bound, seconds=seconds, details=details)
+    value = evaluate.latency(w, assignment, piece_of).value
+    lb = min(bound, value) if bound is not None else None
+    g = gap_of(value, lb)
+    return Plan("latency", method, status_label(status == mip.OptimizationStatus.OPTIMAL, g), value, assignment,
+                lower_bound=lb, gap=g, seconds=seconds,
+                pieces=piece_of, details={**details, "ip_objective": model.objective_value})
+
+
+def _slot_of(w: Workload, assignment: dict[int, str], pieces: dict[int, int], v: int):
+    nid = int(w.ids[v])
+    dev = w.device_index[assignment[nid]]
+    if dev >= w.num_accelerators:
+        return (-1, 0)
+    return (dev, pieces[nid] - 1)
+
+

@@ -1,0 +1,104 @@
+"""python-mip helpers shared by the integer programs (throughput, latency, pairs).
+
+A model on HiGHS (CBC selectable) that stops at Ctrl-C or its caller's time limit, both
+while it is built and while HiGHS runs.  Imported only by the integer programs, which the method registry
+imports when one runs (so ``onnxsplit --help`` does not load python-mip); never by the
+CP-SAT worker (OR-Tools and HiGHS cannot share a process).
+"""
+
+from __future__ import annotations
+
+import mip
+import numpy as np
+
+from .. import interrupt
+from ..errors import OnnxsplitError
+
+
+SOLVERS = ("highs", "cbc")
+
+
+def crossing(model, src: int, members, on):
+    """A variable that is 1 when a tensor crosses a device's boundary: at least
+    |on(member) - on(source)| for every member (``on(g)``: class g's 0/1 or variable for
+    being on that device)."""
+    y = model.add_var(lb=0.0, ub=1.0)
+    for m in members:
+        if m != src:
+            model += y >= on(m) - on(src)
+            model += y >= on(src) - on(m)
+    return y
+
+
+class Model(mip.Model):
+    """A python-mip model whose building (minutes for 10,000-node graphs) stops once
+    the command is interrupted or its caller has stopped waiting (solve/anytime.py)."""
+
+    _added = 0
+
+    def _tick(self) -> None:
+        self._added += 1
+        if not self._added & 0x3FF:
+            interrupt.check()
+
+    def add_var(self, *args, **kwargs):
+        self._tick()
+        return super().add_var(*args, **kwargs)
+
+    def add_constr(self, *args, **kwargs):
+        self._tick()
+        return super().add_constr(*args, **kwargs)
+
+
+def new_model(solver: str, gap: float, verbose: bool):
+    """An empty minimisation model on the chosen backend, stopping at relative gap ``gap``."""
+    if solver not in SOLVERS:
+        raise OnnxsplitError(f"unknown solver '{solver}' (choose from {', '.join(SOLVERS)})")
+    model = Model(sense=mip.MINIMIZE, solver_name="CBC" if solver == "cbc" else "highs")
+    model.verbose = int(verbose)
+    model.max_mip_gap = gap
+    if solver == "highs":
+        _stop_when_interrupted(model)
+    return model
+
+
+def optimize(model, seconds: float):
+    """``model.optimize`` for at most ``seconds``; Interrupted where it was stopped (see
+    :func:`_stop_when_interrupted`)."""
+    try:
+        status = model.optimize(max_seconds=seconds)
+    except KeyError:  # python-mip has no name for HiGHS's "interrupted" status
+        interrupt.check()
+        raise
+    interrupt.check()
+    return status
+
+
+HIGHS_INTERRUPTS = (1, 2, 6)  # HiGHS's kCallback{Simplex,Ipm,Mip}Interrupt
+
+
+def _stop_when_interrupted(model) -> None:
+    """HiGHS stops at its next interrupt callback once the command is interrupted or the
+    solve's caller has stopped waiting (onnxsplit.interrupt); without this, Ctrl-C or a
+    time limit waits for the native call to return."""
+    try:  # HiGHS's C interface through python-mip's own binding, where it has one
+        from mip.highs import ffi
+
+        solver = model.solver
+        stop = interrupt.stop_event()
+
+        def on_callback(kind, message, data_out, data_in, user):
+            if data_in != ffi.NULL and interrupt.stopped(stop):
+                data_in.user_interrupt = 1
+
+        callback = ffi.callback("HighsCCallbackType", on_callback)
+        solver._lib.Highs_setCallback(solver._model, callback, ffi.NULL)
+        for kind in HIGHS_INTERRUPTS:
+            solver._lib.Highs_startCallback(solver._model, kind)
+        model._onnxsplit_interrupt = callback  # kept alive as long as the model
+    except Exception:  # another python-mip or HiGHS: run without it
+        pass
+
+
+def finite(v):
+    return float(v) if v is not None and np.isfinite(v) else None
