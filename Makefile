@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 DEMO_MODEL := models/small_bert.onnx
 DEMO_SHAPES := --input-shape input_ids=1x64 --input-shape attention_mask=1x64
 
-.PHONY: demo test clean
+.PHONY: demo test test-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -22,6 +22,11 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
+
+# the quick tier, under a minute: no slow tests, no paper workloads, 3 seeds a randomised test
+# (tiers and how the slow list is made: tests/conftest.py)
+test-quick: $(VENV)/.installed
+	ONNXSPLIT_TEST_SEEDS=3 $(BIN)/python -m pytest -m "not slow and not paper" --durations=5
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,12 +1,14 @@
 """onnxsplit: place an ONNX model's operators across devices, write and run the parts.
 
-From Python, the two calls a serving pipeline needs (imports stay lazy: ``import
-onnxsplit`` costs nothing)::
+From Python, the calls a serving pipeline needs (imports stay lazy: ``import onnxsplit``
+costs nothing)::
 
     import onnxsplit
     result = onnxsplit.split("model.onnx", "parts/", input_shapes={"input_ids": (1, 128)})
     report = onnxsplit.run("parts/")        # verify + measure, as 'onnxsplit run' prints
     pipe = onnxsplit.load("parts/")         # Parts: .run(feeds), .stream(samples)
+
+Write-up: README.md (use), docs/README.md (how it works).
 """
 
 from __future__ import annotations

@@ -147,20 +147,10 @@ def build_workload(path: str | Path, input_shapes=None, *, devices: str | Path |
                    profile: str | Path | None = None, accelerator: str | None = None,
                    shared_weights: str = "first", activations: str = "outputs",
                    repeats: int = 10, quiet: bool = False, input_fills=None) -> Workload:
-    """The paper's workload for an ONNX model on a cluster (default: this machine).
+    """The paper's workload for an ONNX model on a cluster (default: this machine), by the
+    main command's route (:func:`onnxsplit.workflow.prepare`) without its calibration."""
+    from .workflow import prepare  # deliberate: onnx and onnxruntime load only where a model is read
 
-    Measures what the profile file (default: the per-user cache) lacks and this machine can
-    measure: the CPU, and the accelerator's execution provider where it is present.  An
-    accelerator neither present nor in the profile is estimated from its spec's peaks.
-    """
-    from .build import build_workload as build, choose_accelerator, providers_needed
-    from .graph import OpGraph
-    from .profile import ensure_profiled
-
-    cluster = load_cluster(devices)
-    acc = choose_accelerator(cluster, accelerator)
-    known, _, _ = ensure_profiled(path, input_shapes, providers_needed(cluster, acc), cache=profile,
-                                  input_fills=input_fills, repeats=repeats, quiet=quiet)
-    graph = OpGraph.from_onnx(path, known.input_shapes, check_runtime=False, input_fills=input_fills)
-    return build(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
-                 activations=activations)
+    return prepare(path, devices=devices, input_shapes=input_shapes, profile=profile, accelerator=accelerator,
+                   quiet=quiet, input_fills=input_fills, shared_weights=shared_weights, activations=activations,
+                   repeats=repeats, as_run=False, narrate=False).workload

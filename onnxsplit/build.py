@@ -1,42 +1,15 @@
-"""OpGraph + profile + cluster -> Workload, in the paper's computational model.
+"""OpGraph + profile + cluster -> Workload: the paper's computational model, built from a
+model's measurements for ``onnxsplit workload`` and the main command.
 
-The paper's model is the special case this builds: ``k`` identical accelerators (one
-device class of the cluster, the *accelerator*) with memory ``M`` each, and ``l`` CPU
-cores (the ``cpu`` class).  Per node:
+The cluster's accelerator class gives the ``k`` identical accelerators, its ``cpu`` class
+the ``l`` cores.  Each node gets the profile's CPU and accelerator latencies (a roofline
+estimate where a device or node was not measured), scaled by the device's whole-model
+time over its node sum (``calibrate``); whether the accelerator supports it; and a memory
+size: its weights (a shared weight charged as ``shared_weights`` says), held data and,
+with ``activations="outputs"``, its outputs.  An edge costs the link's
+``latency + bytes / bandwidth`` for the producer's tensors.
 
-- ``cpuLatency``: the measured single-thread CPU time (ms); where a node could not be
-  timed alone, the CPU roofline's estimate (calibrated on the measured nodes).  With
-  ``calibrate`` (the default), every latency of a profiled device is scaled by that
-  device's whole-model time over its sum of node times, measured in the same run: a
-  node timed alone keeps its weights in cache, the whole model streams them from memory
-  (BERT-base at batch 1 runs 1.1-1.2x its node sum here), so unscaled latencies would
-  promise more throughput than the parts deliver.  The factor is ``latencyScale`` in the
-  device's metadata.
-- ``fpgaLatency``: the accelerator's time (ms), measured where the profile holds its
-  execution provider, else estimated by the roofline from the accelerator's peak FLOP/s
-  and memory bandwidth (:mod:`onnxsplit.profile.costmodel`).  Without an accelerator
-  (``k = 0``) it repeats the CPU time.
-- ``supportedOnFpga``: whether the accelerator's EP runs the node (measured), or, for an
-  estimated device, whether the cost model covers the op; ``unsupported_ops`` of the
-  device spec are never supported.
-- ``size`` (bytes): the weights the node reads, plus the data it holds (Constant values,
-  subgraph weights), plus with ``activations="outputs"`` (the default) the bytes of its
-  outputs, which bounds the activation memory of any set of nodes from above.
-  A weight read by several nodes is charged once, to its first reader in topological
-  order (``shared_weights="first"``, the default; memory is undercounted only where its
-  readers end up on different accelerators), to every reader (``"each"``: a safe upper
-  bound) or to the first reader with all readers made one colour class (``"color"``:
-  exact, but ties those nodes to one device).  Weights of at most 64 KiB (shape constants,
-  scalars) are charged to every reader under every policy: copies are cheap and colouring
-  by them would tie most of a network together.
-- ``name``: the ONNX node name; ``extra``: ``opType``, ``latencySource`` (``{"cpu":
-  "measured" | "estimated", "acc": ...}``), ``flops``, ``weightBytes``, ``activationBytes``
-  and, where measured, ``cpuLatencySpread`` ([p10, p90] ms).
-
-Edges: one per (producer, consumer) pair.  The cost ``c(u)`` of node ``u`` is the time to
-move its outputs that other nodes read over the link between the ``cpu`` class and the
-accelerator class: ``sum over those tensors of (latency + bytes / bandwidth)``, in ms.
-Graph inputs have no producer and cost nothing; with no accelerator every cost is 0.
+Write-up, with every field and policy: docs/machine.md (From an ONNX model to a workload).
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
-"""The whole model as users run onnxruntime, measured on this machine: the calibration that
-turns the per-node profile into the machine's time.
+"""The calibration: the whole model as users run onnxruntime, measured on this machine.
 
-The profile times each node on one thread with graph optimisations off (its names must
-match the graph).  Users run onnxruntime with every optimisation on and all cores; a plan
-runs its parts the same way.  So beside the nodes, each execution provider present gets a
-short calibration, stored with its profile entry (``as_run``):
+It turns the per-node profile (one thread, graph optimisations off) into the time of a
+machine run with every optimisation on and all cores.  Each execution provider present
+gets a short calibration, stored with its profile entry (``as_run``): ``threads`` (the
+whole model at each thread count a CPU device may get, and unoptimised on one thread),
+``default`` (onnxruntime's default session: the baseline every plan must beat) and
+``replicas`` (copies side by side: how much they slow each other down).  All run through
+the runner's own pipeline (:class:`runner.Parts`), so a plan that keeps the model whole
+is predicted by exactly what it will run.
 
-- ``threads``: the whole model's single-stream latency with all optimisations at each
-  thread count the planner may give a CPU device (1, 2, 4, ... and every core), and at one
-  thread with optimisations off as well (on one thread they can be slower);
-- ``default``: onnxruntime's default session (all optimisations, default threads): the
-  baseline every plan must beat;
-- ``replicas``: copies of the whole model side by side, ``cores // t`` sessions of ``t``
-  threads each, their throughput -- what a serving system's instance count gives, and
-  the measure of how much copies (or pipeline stages) slow each other down.
-
-All are measured through the runner's own pipeline (:class:`runner.Parts`), so a plan that
-keeps the model whole is predicted by exactly what it will run.
+Write-up: docs/machine.md (Calibration).
 """
 
 from __future__ import annotations

@@ -488,15 +488,12 @@ def _print_plan(workload, plan) -> None:
             print(f"  - {v}")
     if any(d not in workload.device_index for d in plan.assignment.values()):
         return  # a given split naming more devices than the workload has: scored above, no table
-    loads = evaluate.max_load(workload, plan.assignment).loads
-    counts: dict[str, int] = {}
-    for dev in plan.assignment.values():
-        counts[dev] = counts.get(dev, 0) + 1
-    order = plan.stages or sorted(counts)
+    rows = evaluate.device_rows(workload, plan.assignment, plan.stages or None)
     print(f"  {'stage':>5}  {'device':<7} {'nodes':>6} {'load':>12}")
-    for i, dev in enumerate(order):
-        print(f"  {i:>5}  {dev:<7} {counts.get(dev, 0):>6} {loads[dev]:>12.6g}")
-    idle = [d.name for d in workload.devices if d.name not in counts]
+    for i, row in enumerate(rows):
+        print(f"  {i:>5}  {row['device']:<7} {row['nodes']:>6} {row['load']:>12.6g}")
+    used = set(plan.assignment.values())
+    idle = [d.name for d in workload.devices if d.name not in used]
     if idle:
         print(f"  unused: {', '.join(idle)}")
     single = evaluate.max_load(workload, {nid: "acc0" for nid in plan.assignment}).value \

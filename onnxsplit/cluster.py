@@ -1,31 +1,13 @@
 """Devices and the links between them, read from a small JSON (or YAML) spec.
 
-::
+A :class:`Cluster` holds device specs (class ``cpu`` is the host's cores; the others are
+accelerators, each driven by an onnxruntime execution provider: measured where present,
+else estimated from its peaks) with count and memory, and links between device classes
+with bandwidth and latency.  Quantities take units (``"16GiB"``, ``"900GB/s"``,
+``"10us"``); unknown fields are errors; a spec without a ``cpu`` device gets this
+machine's.
 
-    {"devices": [
-       {"name": "host", "class": "cpu", "count": 16, "execution_provider": "CPUExecutionProvider",
-        "memory": "128GiB"},
-       {"name": "a100", "class": "gpu", "count": 4, "execution_provider": "CUDAExecutionProvider",
-        "memory": "40GiB", "peak_flops": 19.5e12, "memory_bandwidth": "1555GB/s",
-        "call_overhead": "5us"}],
-     "links": [
-       {"between": ["cpu", "gpu"], "bandwidth": "16GB/s", "latency": "10us"},
-       {"between": ["gpu", "gpu"], "bandwidth": "300GB/s", "latency": "5us"}]}
-
-Device fields: ``name`` (unique), ``class`` (links refer to classes; class ``cpu`` is the
-host's cores, one node per core at a time), ``count``, ``execution_provider`` (the
-onnxruntime EP that drives it; measured where present, else estimated; may be left out
-for a device onnxruntime cannot drive), ``memory``
-(bytes, per device), and optionally ``peak_flops`` (FLOP/s) and ``memory_bandwidth``
-(bytes/s) — per core for the ``cpu`` class, per device otherwise — ``call_overhead``
-(s per node), ``efficiency`` (``{"compute": 0.5, "memory": 0.7}``: the fraction of the
-peaks a typical operator reaches) and ``unsupported_ops`` (op types it cannot run).  The
-peaks are needed only for a device whose EP is absent, to estimate its latencies.
-Link fields: ``between`` (two classes), ``bandwidth`` (bytes/s), ``latency`` (s).
-
-Quantities are numbers in base units, or strings with a unit: ``"16GiB"``, ``"900GB/s"``,
-``"19.5TFLOP/s"``, ``"10us"``.  A spec without a ``cpu`` device gets this machine's.
-Unknown fields are errors (a typo would otherwise be a silently ignored setting).
+Write-up, with an example and every field: docs/machine.md (Cluster specs).
 """
 
 from __future__ import annotations

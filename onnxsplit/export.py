@@ -1,29 +1,14 @@
 """Export: a placement becomes a folder of runnable per-device ONNX parts and a manifest.
 
-A *part* is a set of nodes one device runs in one call.  By default each device's nodes
-form one part; a latency plan's pieces (several calls on one device) give several.  The
-parts must contract to a DAG: the exporter raises ``SplitError`` naming the cycle before
-it writes anything.
+A part is a set of nodes one device runs in one call (by default one per device; a
+latency plan's pieces give several).  :func:`export` writes ``part<i>_<device>.onnx``
+per part, one shared ``weights.bin`` and ``manifest.json`` (the parts, the tensors that
+cross them, the prediction).  Parts are built from the protobuf directly and weights are
+streamed, so models over 2 GB work; a plan whose parts form a cycle raises ``SplitError``
+before anything is written, and the folder is staged beside its target and renamed into
+place at the end.
 
-The folder holds:
-
-- ``part<i>_<device>.onnx`` per part, in execution order: the original nodes (If/Loop/Scan
-  whole, with the outer-scope tensors their subgraphs read as part inputs), its boundary
-  tensors as graph inputs and outputs (dtype and the original's symbolic shape), the
-  weights it reads as references into one shared ``weights.bin`` (written once, never
-  copied per part; tensors of at most ``INLINE_BYTES`` stay inline), annotations in
-  ``metadata_props``;
-- ``weights.bin``;
-- ``manifest.json``: the parts in order with device, execution provider, inputs (and
-  which part or model input feeds them) and outputs (and which parts read them); every
-  tensor that crosses parts with its producer, consumers, dtype, bound shape and bytes;
-  the model's inputs and outputs; the prediction the plan made.
-
-The parts are built directly from the model's protobuf (no ``onnx.utils.extract_model``,
-which drops subgraphs' outer-scope inputs and fails on models over 2 GB), and the weights
-are streamed tensor by tensor from the original file or its external data.  Everything is
-written into a temporary sibling folder that is renamed into place at the end, so a
-failure leaves no half-written output behind.
+Write-up: docs/machine.md (The parts, annotated.onnx and session.json).
 """
 
 from __future__ import annotations

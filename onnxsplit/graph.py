@@ -21,6 +21,7 @@ from onnx import AttributeProto, GraphProto, NodeProto
 
 from . import limits, shapes
 from .errors import ModelError
+from .profile.store import profile_key
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class OpGraph:
     ir_version: int
     shapes_from: str  # "shape-inference", "onnxruntime-partial" or "onnxruntime"
     input_fills: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # inputs fed a given value
+    profile_key: str = ""  # what its profile is keyed by: the graph, bound shapes and fills (profile/store.py)
 
     @classmethod
     def from_onnx(
@@ -117,7 +119,7 @@ class OpGraph:
     def proto(self) -> onnx.ModelProto:
         """The model file without weight data (external data stays a reference), its nodes
         renamed to this graph's unique names, IR version within onnxruntime's range."""
-        model = _load(Path(self.path))
+        model = load_model(Path(self.path))
         for node, opnode in zip(model.graph.node, sorted(self.nodes, key=lambda n: n.index)):
             node.name = opnode.name
         model.ir_version = min(max(model.ir_version, 4), shapes.ORT_MAX_IR_VERSION)
@@ -166,7 +168,7 @@ class OpGraph:
 # ---------------------------------------------------------------------------- reading
 
 
-def _load(path: Path) -> onnx.ModelProto:
+def load_model(path: Path) -> onnx.ModelProto:
     if not path.exists():
         raise ModelError(f"model file '{path}' does not exist")
     if path.is_dir():
@@ -195,7 +197,7 @@ def _load(path: Path) -> onnx.ModelProto:
     return model
 
 
-def _subgraphs(node: NodeProto) -> Iterator[GraphProto]:
+def subgraphs(node: NodeProto) -> Iterator[GraphProto]:
     for a in node.attribute:
         if a.type == AttributeProto.GRAPH:
             yield a.g
@@ -212,7 +214,7 @@ def _free_names(graph: GraphProto) -> list[str]:
     free: dict[str, None] = {}
     for n in graph.node:
         reads = list(n.input)
-        for sub in _subgraphs(n):
+        for sub in subgraphs(n):
             reads.extend(_free_names(sub))
         for r in reads:
             if r and r not in defined:
@@ -250,7 +252,7 @@ def _owned_bytes(node: NodeProto) -> int:
                 total += sum(len(s) for s in a.strings)
             else:
                 total += _SCALAR_ATTR_BYTES.get(a.name, 0)
-    for sub in _subgraphs(node):
+    for sub in subgraphs(node):
         total += sum(shapes.proto_bytes(t) for t in sub.initializer)
         total += sum(_owned_bytes(n) for n in sub.node)
     return total
@@ -326,7 +328,7 @@ def _check_feedable(g: GraphProto, inputs, bound) -> None:
 
 
 def _import(path: Path, input_shapes, check_runtime: bool, fills: dict[str, float]) -> OpGraph:
-    model = _load(path)
+    model = load_model(path)
     g = model.graph
     if not g.node:
         raise ModelError(f"model '{path}' has no operators (its graph has no nodes)")
@@ -372,6 +374,7 @@ def _import(path: Path, input_shapes, check_runtime: bool, fills: dict[str, floa
     order = _topological(names, deps)
 
     bound = shapes.bind_inputs(g, weight_set, input_shapes)
+    key = profile_key(model, bound, fills)
     _check_feedable(g, inputs, bound)
     unknown = [k for k in fills if k not in inputs]
     if unknown:
@@ -386,7 +389,7 @@ def _import(path: Path, input_shapes, check_runtime: bool, fills: dict[str, floa
             name=names[i], op_type=g.node[i].op_type, domain=g.node[i].domain,
             inputs=tuple(g.node[i].input), outputs=tuple(g.node[i].output),
             captured_inputs=tuple(captured[i]),
-            has_subgraphs=any(True for _ in _subgraphs(g.node[i])),
+            has_subgraphs=any(True for _ in subgraphs(g.node[i])),
             data_bytes=_owned_bytes(g.node[i]), index=i,
         )
         for i in order
@@ -442,12 +445,13 @@ def _import(path: Path, input_shapes, check_runtime: bool, fills: dict[str, floa
         ir_version=model.ir_version,
         shapes_from=source,
         input_fills=MappingProxyType(dict(fills)),
+        profile_key=key,
     )
 
 
 def _free_names_of_node(node: NodeProto) -> list[str]:
     free: dict[str, None] = {}
-    for sub in _subgraphs(node):
+    for sub in subgraphs(node):
         for name in _free_names(sub):
             free.setdefault(name)
     return list(free)

@@ -1,13 +1,14 @@
 """Ctrl-C ends any command within 2 s, leaving no output folder and no child process.
 
-Python runs a signal handler only between bytecodes of the main thread, so a long native
-call there (a MIP solve, a numba kernel, an onnxruntime run) would keep Ctrl-C waiting
-until it returns.  The command's body therefore runs in a worker thread (:func:`run`)
-while the main thread only waits.  On SIGINT the main thread sets :data:`CANCEL`, which
-the solvers' loops see through :func:`check` / :func:`past` (and :func:`stopped`), gives the worker GRACE_S to
-unwind through its ``finally`` blocks, then removes what is still registered
-(:func:`cleanup_on_exit`: staging folders, temporary files, child processes) and ends the
-process at once (exit status 130).  Used as a library (no :func:`run`), KeyboardInterrupt behaves as usual.
+A long native call in the main thread (a MIP solve, a numba kernel, an onnxruntime run)
+would keep Python's signal handler waiting, so the command's body runs in a worker
+thread (:func:`run`) while the main thread only waits.  On SIGINT it sets :data:`CANCEL`,
+which the solvers' loops see through :func:`check` / :func:`past` (and :func:`stopped`),
+gives the worker GRACE_S to unwind, removes what is still registered
+(:func:`cleanup_on_exit`: staging folders, temporary files, child processes) and exits
+with status 130.  Used as a library (no :func:`run`), KeyboardInterrupt behaves as usual.
+
+Write-up: docs/README.md (Limits).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 The limit is ``--memory-limit`` (or ``ONNXSPLIT_MEMORY_LIMIT``, in GB), by default half of
 the memory available when the command starts.  A step that would need more either falls
 back (the exact DP to its linearized plan) or ends with one line naming what and how much.
+
+Write-up: docs/README.md (Limits).
 """
 
 from __future__ import annotations

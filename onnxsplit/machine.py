@@ -1,29 +1,14 @@
 """Plans for the machine as onnxruntime runs it, not the paper's single-thread cores.
 
-The solvers optimise the paper's model; this module puts the machine into it and keeps
-what a user already has as a candidate, so that onnxsplit is never slower than not
-using it:
+The solvers optimise the paper's model; for the main command this module puts the
+machine into it, and keeps what a user already has as a candidate so that onnxsplit is
+never slower than not using it: the model kept whole (:func:`whole_candidates`: the
+default session, fewer threads, copies side by side, the accelerator's default session;
+predicted by the calibration's measurements), the workload each division of the CPU cores
+gives the solver (:func:`split_workloads`: node times scaled to ``t`` threads and to busy
+neighbours), and a latency plan run as one onnxruntime session (:func:`serial_latency`).
 
-- **Whole-model candidates** (:func:`whole_candidates`): onnxruntime's default session on
-  the CPU, one session with fewer explicit intra-op threads than cores (one with every
-  core is the default session by another name: on a shared machine it measured up to 1.8x
-  faster or slower than the default from one run to the next, so it is not weighed),
-  copies of the model side by side (``cores // t`` sessions of ``t`` threads), the default session on the
-  accelerator where the model fits.  Their predictions are the
-  calibration's measurements (``calibrate``).
-- **Split candidates** (:func:`split_workloads`): the workload a CPU division gives the
-  solver.  A CPU device is ``t`` cores running one session with ``t`` intra-op threads
-  and all graph optimisations; node times are the profile's, scaled by the whole model's
-  measured time at ``t`` threads over its unoptimised single-thread time, and by how much
-  ``cores // t`` busy devices slow each other (the copies' calibration).  Accelerator
-  nodes are scaled by the EP's optimised over unoptimised time.  Throughput tries each
-  division of the cores (16 cores: 16x1, 8x2, ... 1x16); latency gives the CPU all cores
-  as one device.
-- **One session** (:func:`serial_latency`): a latency plan on one machine runs as ONE
-  onnxruntime session over the annotated model (nodes one after another, the CPU's on
-  all its threads), predicted as the sum of its node times and hand-offs.
-
-The paper's model (``onnxsplit solve`` on a workload) is untouched by all this.
+Write-up: docs/machine.md (The candidates, How predictions are made).
 """
 
 from __future__ import annotations
@@ -35,6 +20,7 @@ import numpy as np
 
 from . import calibrate as cal
 from .plan import Plan
+from .solve import evaluate
 
 SESSION_CALL_MS = 0.05  # one onnxruntime session call's own cost (bind, hand back outputs)
 
@@ -140,8 +126,6 @@ def split_workloads(workload, objective: str, cpu_rec: Mapping[str, Any],
 def serial_latency(workload, assignment: Mapping[int, str]) -> float:
     """One session running the plan: every node one after another on its device, each
     tensor moved once to each other device that reads it, plus the call's own cost."""
-    from .solve import evaluate
-
     dev = evaluate.device_array(workload, assignment)
     is_acc = np.array([workload.devices[d].kind == "acc" for d in dev])
     total = float(np.where(is_acc, workload.acc_latency, workload.cpu_latency).sum())

@@ -5,6 +5,8 @@ solve object every ``onnxsplit solve`` prints (``objective``, ``method``, ``stat
 ``value``, ``lower_bound``, ``gap``, ``seconds``, ``assignment``), so a plan file can be
 edited by hand and re-applied.  Split files in the paper's format (``{"fpgas": [{"nodes":
 [...]}], "cpus": [...]}``, e.g. the human-expert splits) are read here too.
+
+Write-up: README.md (Workloads and solvers).
 """
 
 from __future__ import annotations

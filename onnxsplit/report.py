@@ -1,15 +1,14 @@
-"""The comparison report: one self-contained HTML page (inline SVG, no script, no network).
-
-It answers three questions at a glance:
+"""The comparison report (``onnxsplit compare --html``): one self-contained HTML page
+(inline SVG, no script, no network) that answers at a glance:
 
 - how far each method is from the optimum: every method's value as a bar, with the best
   proven lower bound drawn across them;
-- which device does what: the operator graph in topological layers, each operator
-  coloured by its device in the drawn plan, tensors that cross devices in red with their
-  bytes (or transfer time);
-- where the time goes: per-device loads, and a timeline of one sample through the
-  devices (:func:`evaluate.schedule`), plus for throughput plans the steady-state
-  pipeline of a few samples.
+- which device does what: the operator graph in topological layers, coloured by device,
+  tensors that cross devices in red with their bytes (or transfer time);
+- where the time goes: per-device loads, a timeline of one sample through the devices
+  (:func:`evaluate.schedule`) and, for throughput plans, the pipeline of a few samples.
+
+Write-up: README.md (Workloads and solvers).
 """
 
 from __future__ import annotations

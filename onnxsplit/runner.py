@@ -174,7 +174,7 @@ def random_feeds(specs: Iterable[Mapping[str, Any]], seed: int = 0) -> dict[str,
         et = shapes.elem_type(s["dtype"])
         if et is None:
             raise RunError(f"input '{s['name']}' has type {s['dtype']}: pass its value explicitly")
-        out[s["name"]] = shapes._feed(et, tuple(s["shape"]), False, rng, s.get("fill"))
+        out[s["name"]] = shapes.stand_in(et, tuple(s["shape"]), False, rng, s.get("fill"))
     return out
 
 

@@ -255,7 +255,7 @@ _NOT_REGISTERED = re.compile(r"(?:([\w.]+):)?(\w+)\((-?\d+)\) is not a registere
 _NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\((\d+)\) node with name '([^']*)'")
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
     return text[:400]
@@ -263,7 +263,7 @@ def _one_line(e: BaseException) -> str:
 
 def _runtime_error(e: BaseException, model: onnx.ModelProto, names: list[str]) -> ModelError | None:
     """A ModelError naming the node when onnxruntime has no kernel for its op, else None."""
-    text = _one_line(e)
+    text = one_line(e)
     m = _NOT_REGISTERED.search(text)
     if m:
         domain, op = m.group(1) or "", m.group(2)
@@ -308,7 +308,7 @@ _INTEGER_TYPES = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT
                             TensorProto.UINT64, TensorProto.BOOL})
 
 
-def _feed(elem_type: int, shape: tuple[int, ...], weight: bool, rng: np.random.Generator,
+def stand_in(elem_type: int, shape: tuple[int, ...], weight: bool, rng: np.random.Generator,
           fill: float | None = None):
     """A stand-in value: random floats in [0, 1) for inputs, zeros for float weights (lazily
     mapped zero pages: GBs of weights cost neither time nor memory), ones for integers and
@@ -421,7 +421,7 @@ def _infer_after_partial_run(sk, feeds, bound, base_dir, node_reads, wanted, fil
     rng = np.random.default_rng(0)
     try:
         sess = _session(sub.SerializeToString(), base_dir)
-        values = sess.run(cheap_out, {k: _feed(*feeds[k], False, rng, fills.get(k)) for k in bound})
+        values = sess.run(cheap_out, {k: stand_in(*feeds[k], False, rng, fills.get(k)) for k in bound})
     except Exception:  # the whole-model run will tell what is wrong
         return None
     if not all(isinstance(v, np.ndarray) and v.dtype != object for v in values):
@@ -473,13 +473,13 @@ def _run(m, feeds, base_dir, wanted, missing, model, node_names, bound, fills):
         err = _runtime_error(e, model, node_names)
         if err is not None:
             raise err from None
-        raise ModelError(f"onnxruntime cannot load the model{given}: {_one_line(e)}") from None
+        raise ModelError(f"onnxruntime cannot load the model{given}: {one_line(e)}") from None
     if not missing:
         return None
 
     rng = np.random.default_rng(0)
     inputs = {i.name for i in sess.get_inputs()}
-    feed = {k: _feed(et, shape, k not in bound, rng, fills.get(k))
+    feed = {k: stand_in(et, shape, k not in bound, rng, fills.get(k))
             for k, (et, shape) in feeds.items() if k in inputs}
     out_names = [o.name for o in sess.get_outputs()]
     try:
@@ -491,6 +491,6 @@ def _run(m, feeds, base_dir, wanted, missing, model, node_names, bound, fills):
         raise ModelError(
             f"onnxruntime could not run the model once{given} on random values to measure the "
             f"{len(missing)} tensor(s) shape inference left unknown (e.g. '{missing[0]}'): "
-            f"{_one_line(e)[:300]}{hint}"
+            f"{one_line(e)[:300]}{hint}"
         ) from None
     return {n: _measured(v) for n, v in zip(out_names, values)}

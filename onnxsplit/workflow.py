@@ -22,10 +22,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+import numpy as np
+
+from . import calibrate, machine
+from . import export as ex
+from .build import build_workload, choose_accelerator, pick_entries, providers_needed
+from .cluster import Cluster
 from .errors import ClusterError, OnnxsplitError, SolveError, SplitError
-from .export import check_out
+from .export import check_out, session_ready
+from .graph import OpGraph
 from .plan import Plan, read_json
+from .profile import ProfileFile, available_providers, ensure_profiled
+from .profile.measure import input_feeds
+from .runner import run_parts
 from .shapes import bytes_text
+from .solve import evaluate, methods
+from .solve.throughput import dp
 
 AUTO_IDEAL_LIMIT = 50_000  # above this many ideals the exact DP gives way to the linearized one
 # What the runner adds per part and sample: a hand-off between threads and the Python work
@@ -46,7 +58,6 @@ PLAN_FILE = "plan.json"
 @dataclass
 class Prepared:
     """A model made ready to place: its graph, the devices, and the paper's workload."""
-
     graph: Any  # OpGraph
     cluster: Any  # Cluster
     accelerator: Any  # DeviceSpec | None
@@ -63,29 +74,35 @@ def _say(quiet: bool, text: str) -> None:
 
 def prepare(model: str | Path, *, devices: str | Path | None = None, input_shapes=None,
             profile: str | Path | None = None, accelerator: str | None = None,
-            quiet: bool = False, input_fills: Mapping[str, float] | None = None) -> Prepared:
-    from .api import load_cluster
-    from .build import build_workload, choose_accelerator, providers_needed
-    from .graph import OpGraph
-    from .profile import ensure_profiled
-
+            quiet: bool = False, input_fills: Mapping[str, float] | None = None,
+            shared_weights: str = "first", activations: str = "outputs", repeats: int = 10,
+            as_run: bool = True, narrate: bool = True) -> Prepared:
+    """The one route from a model to a workload: import it (checked), profile what the
+    profile file (default: the per-user cache) lacks and this machine can measure, build
+    the workload for the devices (this machine's, or a cluster file's; an accelerator
+    neither present nor profiled is estimated from its spec's peaks), check that it fits
+    their memory together, and (``as_run``) measure the whole model as users run it.
+    ``narrate``: say each step on stderr (the main command does; a measurement's progress
+    shows unless ``quiet``)."""
     seconds = {}
-    cluster = load_cluster(devices)
+    cluster = Cluster.from_file(devices) if devices else Cluster.detect()
     acc = choose_accelerator(cluster, accelerator)
     t = time.perf_counter()
-    _say(quiet, f"importing {model}")
+    _say(quiet or not narrate, f"importing {model}")
     graph = OpGraph.from_onnx(model, input_shapes, check_runtime=True, input_fills=input_fills)
     seconds["import"] = time.perf_counter() - t
     t = time.perf_counter()
     known, cache, measured = ensure_profiled(
-        model, graph.input_shapes, providers_needed(cluster, acc), cache=profile,
-        input_fills=input_fills, quiet=quiet,
-        on_measure=lambda eps: _say(quiet, f"profiling {len(graph.nodes)} operators on {', '.join(eps)}"))
+        graph, providers_needed(cluster, acc), cache=profile, repeats=repeats, quiet=quiet,
+        on_measure=lambda eps: _say(quiet or not narrate, f"profiling {len(graph.nodes)} operators on {', '.join(eps)}"))
     if not measured:
-        _say(quiet, f"profile: cached in {cache}")
+        _say(quiet or not narrate, f"profile: cached in {cache}")
     seconds["profile"] = time.perf_counter() - t
-    workload = build_workload(graph, known, cluster, accelerator=accelerator)
+    workload = build_workload(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
+                              activations=activations)
     _check_total_memory(workload, cluster, acc)
+    if not as_run:
+        return Prepared(graph, cluster, acc, workload, seconds)
     t = time.perf_counter()
     as_run, unopt = _calibrated(graph, known, cache, cluster, acc, workload, quiet)
     seconds["calibrate"] = time.perf_counter() - t
@@ -95,11 +112,6 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
 def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool):
     """The calibration of each device kind (``calibrate``), measured here where the profile
     entry has none and the EP is present, and stored with the entry."""
-    from . import calibrate
-    from .build import pick_entries
-    from .profile import ProfileFile, available_providers
-    from .profile.measure import input_feeds
-
     cpu_entry, acc_entry = pick_entries(known, cluster.cpu, acc)
     present = available_providers()
     out: dict[str, Any] = {}
@@ -210,17 +222,14 @@ def choose_plan(workload, objective: str, method: str = "auto", time_limit: floa
     """Solve: ``auto`` takes the exact DP for throughput where the lattice is small enough
     and the linearized DP otherwise; for latency the IP (warm-started) with accelerators,
     and all on one core without (every plan is then a serial run on some core)."""
-    from . import api
-    from .solve.throughput import dp
-
     if method != "auto":
-        return api.solve(workload, objective, method, time_limit=time_limit)
+        return methods.solve(workload, objective, method, methods.options_for(method, time_limit=time_limit))
     if objective == "throughput":
         # past AUTO_IDEAL_LIMIT ideals (or the memory limit) its plan is the linearized one
         return dp.solve(workload, ideal_limit=AUTO_IDEAL_LIMIT, time_limit=time_limit)
     if workload.num_accelerators == 0:
-        return api.solve(workload, "latency", "all_cpu")
-    return api.solve(workload, "latency", "ip", time_limit=time_limit)
+        return methods.solve(workload, "latency", "all_cpu")
+    return methods.solve(workload, "latency", "ip", methods.IPOptions(time_limit=time_limit))
 
 
 def choose(prep: Prepared, workload, objective: str, method: str = "auto",
@@ -230,8 +239,6 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
     machine's terms.  A split must promise MIN_SPLIT_GAIN times the best whole candidate
     (the runner's hand-offs are in its prediction; noise is not).  An explicit ``method``,
     pins or a profile without calibration: the solver's plan alone."""
-    from . import machine
-
     cpu_rec = prep.as_run.get("cpu")
     if not cpu_rec:  # no calibration (an EP measured elsewhere): the paper's model
         plan = choose_plan(workload, objective, method, time_limit)
@@ -288,7 +295,6 @@ def _promise(c, objective: str) -> str:
 
 
 def _session_ready(prep: Prepared, plan: Plan) -> bool:
-    from .export import session_ready
 
     providers, _ = device_providers(prep.workload, prep.cluster, prep.accelerator)
     return session_ready(providers, set(plan.assignment.values()))
@@ -296,8 +302,6 @@ def _session_ready(prep: Prepared, plan: Plan) -> bool:
 
 def _predicted(cand) -> dict[str, Any]:
     """What a split candidate promises in the runner's terms."""
-    from . import machine
-
     w, plan = cand.workload, cand.plan
     parts = None
     if plan.pieces:
@@ -316,8 +320,6 @@ def _whole_if_split_does_not_pay(workload, plan: Plan) -> Plan:
     not promise MIN_SPLIT_GAIN times the whole model in one session: throughput, or for a
     latency plan, speed of one sample (tiny models: a part would cost more in hand-offs
     than it computes; the latency model's CPUs run in parallel, the runner's one by one)."""
-    from . import api
-
     single = best_single_device(workload)
     if plan.value is None or single.get("method") is None or len(set(plan.assignment.values())) < 2:
         return plan
@@ -336,7 +338,7 @@ def _whole_if_split_does_not_pay(workload, plan: Plan) -> Plan:
         if promised["throughput_per_s"] >= MIN_SPLIT_GAIN * single["throughput_per_s"]:
             return plan
         what = f"{plan.value:.4g} ms per sample"
-    whole = api.solve(workload, plan.objective, single["method"])
+    whole = methods.solve(workload, plan.objective, single["method"])
     if whole.value is None:
         return plan
     whole.details["why"] = (f"splitting ({plan.method} on {len(set(plan.assignment.values()))} devices: "
@@ -350,8 +352,6 @@ def predict(workload, plan: Plan, parts: int | None = None) -> dict[str, Any]:
     """What the plan promises, in the runner's terms: one sample every max(max load +
     overhead, parts x overhead) ms; single-stream latency with each device running its
     part(s) serially, plus an overhead per hand-off (STAGE_OVERHEAD_MS)."""
-    from .solve import evaluate
-
     parts = parts or len(set(plan.assignment.values()))
     load = evaluate.max_load(workload, plan.assignment).value
     pieces = runner_pieces(workload, plan) if plan.pieces else None
@@ -432,7 +432,6 @@ def read_plan_file(path: str | Path, graph, workload) -> Plan:
     if bad:
         raise SplitError(f"{path}: device '{bad[0]}' is not one of the devices "
                          f"({', '.join(sorted(known))})")
-    from .solve import evaluate
 
     objective = data.get("objective", "throughput")
     if objective not in ("throughput", "latency"):
@@ -468,10 +467,6 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                 pinned: Mapping[int, str] | None = None, candidate=None) -> dict[str, Any]:
     """Export ``plan`` (scored on ``candidate.workload`` and run as ``candidate.execution``
     where given) and check the parts against the original model."""
-    from . import export as ex
-    from . import machine
-    from .solve import evaluate
-
     graph = prep.graph
     workload = candidate.workload if candidate is not None else prep.workload
     execution = dict(candidate.execution) if candidate is not None else \
@@ -515,7 +510,6 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
             return
         t = time.perf_counter()
         _say(quiet, "verifying the parts against the original model")
-        from .runner import run_parts
 
         checked.update(run_parts(folder, model=graph.path, feeds=feeds, measure=False,
                                  fallback_cpu=True))
@@ -554,9 +548,6 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
 def runner_pieces(workload, plan: Plan) -> dict[int, int]:
     """node id -> call on its device as the runner executes the plan: the plan's
     accelerator pieces, and CPU cores' calls around them (evaluate.runner_pieces)."""
-    import numpy as np
-
-    from .solve import evaluate
 
     dev = evaluate.device_array(workload, plan.assignment)
     given = np.array([plan.pieces.get(int(i), 0) for i in workload.ids], dtype=np.int64)
@@ -568,8 +559,6 @@ def _pieces_by_name(workload, plan: Plan, names) -> dict[str, int] | None:
     """Calls per device for the exporter: the plan's pieces (with the CPU cores' calls
     around them), else one part per device, or where that would leave parts waiting on
     each other, the evaluator's pieces."""
-    from .solve import evaluate
-
     if plan.pieces:
         return {names[i]: p for i, p in runner_pieces(workload, plan).items()}
     dev = evaluate.device_array(workload, plan.assignment)
@@ -580,15 +569,11 @@ def _pieces_by_name(workload, plan: Plan, names) -> dict[str, int] | None:
 
 
 def _device_rows(workload, plan: Plan, parts) -> list[dict[str, Any]]:
-    from .solve import evaluate
 
-    loads = evaluate.max_load(workload, plan.assignment).loads
-    counts: dict[str, int] = {}
-    for d in plan.assignment.values():
-        counts[d] = counts.get(d, 0) + 1
     order = list(dict.fromkeys(p.device for p in parts))
-    return [{"device": d, "nodes": counts.get(d, 0), "load_ms": loads.get(d, 0.0),
-             "parts": [p.file for p in parts if p.device == d]} for d in order]
+    return [{"device": r["device"], "nodes": r["nodes"], "load_ms": r["load"],
+             "parts": [p.file for p in parts if p.device == r["device"]]}
+            for r in evaluate.device_rows(workload, plan.assignment, order)]
 
 
 # ------------------------------------------------------------------------ entry points

@@ -2,14 +2,14 @@
 
 A :class:`Workload` is a DAG of nodes, each with a latency on a CPU core and on an
 accelerator, a memory size, an accelerator-support flag, a forward/backward flag and an
-optional colour class (nodes of one class must share a device).  Every edge ``u -> w``
-carries the transfer cost ``c(u)`` of u's output tensor, a property of the source node.
-Devices are ``k`` identical accelerators with memory ``M`` each (``acc0`` .. ``acc{k-1}``)
-and ``l`` CPU cores (``cpu0`` .. ``cpu{l-1}``) that run everything and have no memory limit.
+optional colour class (nodes of one class must share a device); every edge ``u -> w``
+carries the transfer cost ``c(u)`` of u's outputs.  Devices are ``k`` identical
+accelerators with memory ``M`` each (``acc0`` ..) and ``l`` CPU cores (``cpu0`` ..)
+without a memory limit.  The reader/writer round-trips the format of Tarnawski et al.'s
+code package exactly (``../shared/paper-workloads/FORMAT.md``: unknown keys kept, flags
+spelled as read).  Solvers see only this object, never ONNX.
 
-The reader/writer round-trips the format of Tarnawski et al.'s code package exactly
-(see ``../shared/paper-workloads/FORMAT.md``): unknown keys are kept, flags keep their
-0/1-or-bool spelling.  Solvers see only this object, never ONNX.
+Write-up: docs/README.md (The model the solvers optimise).
 """
 
 from __future__ import annotations

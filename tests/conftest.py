@@ -1,4 +1,14 @@
-"""Shared fixtures: where the paper's workloads are (skipped when absent)."""
+"""Shared fixtures: where the paper's workloads are (skipped when absent), and the test tiers.
+
+Tiers (`make test` runs everything; `make test-quick` runs the quick tier, under a minute):
+
+* ``paper``: the test needs the paper's workloads: it takes the ``expected`` fixture, carries
+  the ``needs_paper`` mark, or its body reads ``PAPER``. Marked here, at collection.
+* ``slow``: the test function is in ``SLOW`` below. Marked here, at collection.
+* ``ONNXSPLIT_TEST_SEEDS=N``: of every test function parametrised over ``seed`` (alone or
+  as in ``"make, seed"``), only the cases with its first N distinct seeds run; the rest are
+  deselected. Unset: every seed runs.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +30,8 @@ def paper_data_dir() -> Path | None:
 
 
 PAPER = paper_data_dir()
-needs_paper = pytest.mark.skipif(PAPER is None, reason="paper workloads absent (../shared or ONNXSPLIT_PAPER_DATA)")
+PAPER_REASON = "paper workloads absent (../shared or ONNXSPLIT_PAPER_DATA)"
+needs_paper = pytest.mark.skipif(PAPER is None, reason=PAPER_REASON)
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +39,162 @@ def expected() -> dict:
     if PAPER is None:
         pytest.skip("paper workloads absent")
     return json.loads((PAPER / "expected.json").read_text())
+
+
+# The test functions marked `slow`, by name (every case of a function shares its mark).
+# How the list was made: the whole suite run once with
+#     .venv/bin/python -m pytest -q --durations=0 -p no:randomly > /tmp/durations.txt
+# (setup + call + teardown summed per case), a function is listed where some case takes more
+# than about 1 s (subprocesses, onnxruntime sessions, MIP / CP-SAT solves, waits for time
+# limits), or where its cases together still take more than about 2.5 s once
+# ONNXSPLIT_TEST_SEEDS=3 has cut its seeds. Not listed: a case slow only because it is the
+# first to compile a numba kernel (seed 0 of test_exact_when_memory_is_ample, ...): the
+# compile would only move to the next test, and numba caches it on disk for the next run.
+# With the list below `make test-quick` took about 30 s, 55 s with numba's cache empty (2 cores).
+# To refresh it: rerun that command, sum the slowest lines per function, and keep
+# `make test-quick` under a minute (it prints its own time and slowest tests). Names are bare
+# function names: they are unique across tests/, and they survive a test file being renamed.
+SLOW = frozenset({
+    # test_deadlines.py: waits for time limits, Ctrl-C in subprocesses (1 - 9 s a case)
+    "test_a_solve_returns_by_its_time_limit_with_a_valid_plan",
+    "test_an_interrupted_main_command_leaves_the_previous_output",
+    "test_ctrl_c_ends_a_long_solve_within_two_seconds",
+    "test_ctrl_c_ends_a_measuring_run_within_two_seconds",
+    "test_an_interrupted_write_leaves_no_plan_file",
+    "test_a_method_that_overruns_before_any_plan_falls_back_to_the_model_whole",
+    "test_a_method_that_overruns_returns_the_best_plan_it_offered",
+    # test_series.py / test_seriesbound.py: latency MIPs on chains of modules (0.5 - 14 s a case)
+    "test_series_beats_the_sequence_split_on_inception",
+    "test_some_calls_reach_into_a_block",
+    "test_series_plan_is_valid_and_its_composed_latency_is_exact",
+    "test_bound_is_the_optimum_on_chains_of_modules",
+    # test_baselines.py
+    "test_local_search_respects_memory",
+    "test_pipedream_collapses_branches",
+    # test_properties.py: many random graphs cut and run in onnxruntime
+    "test_any_dag_cut_by_any_plan_reproduces_the_original",
+    "test_any_damaged_manifest_is_one_line_or_runs",
+    # test_graph.py / test_split.py / test_cli.py: whole models through onnxruntime
+    "test_light_zoo_models",
+    "test_split_tiny_bert_reproduces_the_model",
+    "test_latency_split_with_cpu_calls_around_accelerator_calls",
+    "test_pins_keep_matching_operators_on_the_cpu",
+    "test_python_api_split_then_run",
+    "test_compare_lists_every_method_against_one_bound",
+    # test_callcut.py: waits past a deadline
+    "test_past_its_deadline_it_claims_nothing",
+    # test_cpsat.py: CP-SAT workers and HiGHS side by side
+    "test_threads_share_the_workers_beside_highs",
+    # test_reliability.py / test_export.py: 9 cases of 0.35 - 0.7 s (CLI subprocesses, exports)
+    "test_a_damaged_plan_file_is_one_line",
+    "test_random_contiguous_plans",
+    "test_random_scattered_plans",
+})
+
+MARKERS = {
+    "slow": "slow: takes long (listed in tests/conftest.py SLOW); deselect with -m 'not slow'",
+    "paper": "paper: needs the paper workloads (../shared or ONNXSPLIT_PAPER_DATA); deselect with -m 'not paper'",
+}
+SEEDS_ENV = "ONNXSPLIT_TEST_SEEDS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pyproject.toml registers these too; registering here keeps --strict-markers happy
+    # when pytest runs with another ini file (-c) or none
+    known = {line.split(":", 1)[0].split("(", 1)[0].strip() for line in config.getini("markers")}
+    for name, line in MARKERS.items():
+        if name not in known:
+            config.addinivalue_line("markers", line)
+
+
+def _seed_budget(config: pytest.Config) -> int | None:
+    raw = os.environ.get(SEEDS_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        raise pytest.UsageError(f"{SEEDS_ENV} must be a whole number, not {raw!r}") from None
+    if n < 0:
+        raise pytest.UsageError(f"{SEEDS_ENV} must be 0 or more, not {n}")
+    return n
+
+
+def _reads_paper(code) -> bool:
+    """Whether a function's code (or a function, lambda or comprehension inside it) names PAPER."""
+    if "PAPER" in code.co_names:
+        return True
+    return any(_reads_paper(c) for c in code.co_consts if hasattr(c, "co_names"))
+
+
+def _needs_paper(item: pytest.Item) -> bool:
+    if "expected" in getattr(item, "fixturenames", ()):
+        return True
+    if any(m.kwargs.get("reason") == PAPER_REASON for m in item.iter_markers("skipif")):
+        return True
+    fn = getattr(item, "function", None)
+    code = getattr(fn, "__code__", None)
+    return code is not None and _reads_paper(code)
+
+
+def _function_key(item: pytest.Item) -> str:
+    """The test function a case belongs to: its node id without the parameter ids."""
+    return item.nodeid.split("[", 1)[0]
+
+
+def _seed_of(item: pytest.Item):
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "seed" not in callspec.params:
+        return None, None
+    seed = callspec.params["seed"]
+    try:
+        hash(seed)
+    except TypeError:
+        seed = repr(seed)
+    return seed, callspec.indices.get("seed", 0)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m and -k choose, so they see the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+        if name in SLOW:
+            item.add_marker(pytest.mark.slow)
+        if _needs_paper(item):
+            item.add_marker(pytest.mark.paper)
+
+    budget = _seed_budget(config)
+    if budget is None:
+        return
+    # the first N distinct seeds of each function, in parametrisation order (the index of
+    # the case in its parametrize list, so the order items were collected or shuffled in
+    # does not matter; for "make, seed" pairs a seed counts from its first pair)
+    seen: dict[str, dict] = {}
+    for item in items:
+        seed, index = _seed_of(item)
+        if index is not None:
+            first = seen.setdefault(_function_key(item), {})
+            first[seed] = min(index, first.get(seed, index))
+    keep_seeds = {key: set(sorted(first, key=first.__getitem__)[:budget]) for key, first in seen.items()}
+    kept, dropped = [], []
+    for item in items:
+        seed, index = _seed_of(item)
+        if index is None or seed in keep_seeds[_function_key(item)]:
+            kept.append(item)
+        else:
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+    config.stash[_SEED_CUT] = (budget, len(seen), len(dropped))
+
+
+_SEED_CUT = pytest.StashKey[tuple]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    # one line, even under -qq (where pytest itself does not count the deselected)
+    if _SEED_CUT in config.stash:
+        budget, functions, dropped = config.stash[_SEED_CUT]
+        terminalreporter.write_line(f"{SEEDS_ENV}={budget}: the first {budget} seeds of each of "
+                                    f"{functions} seeded test functions kept, {dropped} cases deselected")

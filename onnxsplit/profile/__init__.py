@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..errors import ProfileError
 from .devices import CPU_EP, available_providers, describe, device_key, preferred_providers
-from .store import Entry, ModelProfile, NodeTiming, ProfileFile, model_hash
+from .store import Entry, ModelProfile, NodeTiming, ProfileFile, model_hash, profile_key
 
 __all__ = ["profile", "ensure_profiled", "default_cache", "Entry", "ModelProfile", "NodeTiming", "ProfileFile",
            "model_hash", "available_providers", "bind", "CPU_EP"]
@@ -46,19 +46,13 @@ def bind(path: str | Path, input_shapes: Mapping[str, Iterable[int]] | None,
     and starts no session, so a cache lookup costs only the parse of the graph.  Input
     ``fills`` (values that steer control flow) are part of the key."""
     from .. import shapes
-    from ..graph import _load
+    from ..graph import load_model
 
-    model = _load(Path(path))
+    model = load_model(Path(path))
     g = model.graph
     weights = {t.name for t in g.initializer} | {s.values.name for s in g.sparse_initializer}
     bound = shapes.bind_inputs(g, weights, input_shapes)
-    key = model_hash(model, bound)
-    if fills:
-        import hashlib
-        import json
-
-        key = hashlib.sha256((key + json.dumps(sorted(fills.items()))).encode()).hexdigest()
-    return model, bound, key
+    return model, bound, profile_key(model, bound, fills)
 
 
 def profile(
@@ -76,6 +70,7 @@ def profile(
     rounds: int = 2,
     input_fills: Mapping[str, float] | None = None,
     method: str = "auto",
+    graph=None,
 ) -> ModelProfile:
     """Profile ``path`` on ``providers`` (default: every EP present, one per device class:
     CUDA rather than TensorRT) and return every entry
@@ -92,6 +87,9 @@ def profile(
     ``warmup`` runs, identical single-node models once when ``group``.  ``auto``:
     ``in_graph`` on the CPU, ``alone`` on accelerators (whose profiler events time kernel
     launches, not kernels) and for models whose nodes average under 20 us.
+
+    ``graph``: the model's OpGraph where the caller has imported it already (its bound
+    shapes and fills are the profile's; the file is not parsed again).
     """
     if method not in METHODS:
         raise ProfileError(f"unknown profiling method '{method}' (known: {', '.join(METHODS)})")
@@ -105,29 +103,31 @@ def profile(
         if ep not in present:
             raise ProfileError(f"execution provider '{ep}' is not available in this onnxruntime "
                                f"(available: {', '.join(present)})")
-    proto, bound, key = bind(path, input_shapes, input_fills)
+    if graph is not None:
+        bound, key, input_fills = graph.input_shapes, graph.profile_key, dict(graph.input_fills)
+    else:
+        bound, key = bind(path, input_shapes, input_fills)[1:]
     store = ProfileFile(None) if cache is False else ProfileFile.load(
         Path(cache) if cache else default_cache(key))
     todo = [ep for ep in eps if force or store.find(key, device_key(ep, threads)) is None]
     if todo:
         for entry in _measure(Path(path), bound, input_fills, key, todo, repeats, warmup, group, quiet, threads,
-                              rounds, method):
+                              rounds, method, graph):
             store.put(entry)
         if cache is not False:
             store.save()
     return ModelProfile(key, bound, tuple(store.for_model(key)), fresh=tuple(todo), path=store.path)
 
 
-def ensure_profiled(path: str | Path, input_shapes: Mapping[str, Iterable[int]] | None,
-                    providers: Sequence[str], *, cache: str | Path | None = None,
-                    input_fills: Mapping[str, float] | None = None, repeats: int = 10,
+def ensure_profiled(graph, providers: Sequence[str], *, cache: str | Path | None = None, repeats: int = 10,
                     quiet: bool = False, on_measure=None) -> tuple[ModelProfile, Path, list[str]]:
     """What a workload needs: every entry the profile file (default: the cache) holds for
     the model, after measuring here each of ``providers`` that is present and that no entry
     covers -- from any machine, so a GPU server's profile serves a laptop.  An absent
     provider without an entry is left to the cost model.  ``on_measure(eps)`` is called
-    before measuring.  Returns (profile, profile file, providers measured now)."""
-    _, bound, key = bind(path, input_shapes, input_fills)
+    before measuring.  Returns (profile, profile file, providers measured now).  ``graph``
+    is the model's OpGraph, as imported (its bound shapes and fills key the profile)."""
+    bound, key = graph.input_shapes, graph.profile_key
     file = Path(cache) if cache else default_cache(key)
     known = ModelProfile(key, bound, tuple(ProfileFile.load(file).for_model(key)))
     present = available_providers()
@@ -135,20 +135,20 @@ def ensure_profiled(path: str | Path, input_shapes: Mapping[str, Iterable[int]] 
     if todo:
         if on_measure is not None:
             on_measure(todo)
-        known = profile(path, bound, providers=todo, cache=file, repeats=repeats, quiet=quiet,
-                        input_fills=input_fills)
+        known = profile(graph.path, providers=todo, cache=file, repeats=repeats, quiet=quiet, graph=graph)
     return known, file, todo
 
 
 def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, warmup: int,
-             group: bool, quiet: bool, threads: int, rounds: int, method: str) -> list[Entry]:
+             group: bool, quiet: bool, threads: int, rounds: int, method: str, graph=None) -> list[Entry]:
     import numpy as np
     import onnxruntime as ort
 
     from ..graph import OpGraph
     from . import measure
 
-    graph = OpGraph.from_onnx(path, bound, input_fills=fills)
+    if graph is None:
+        graph = OpGraph.from_onnx(path, bound, input_fills=fills)
     model = graph.proto()
     feeds = measure.input_feeds(graph)
     values: dict | None = None  # every tensor's value: only timing nodes alone needs them
@@ -159,10 +159,10 @@ def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, w
         try:
             whole_sess, share = measure.whole_model(runner, model, feeds)
         except Exception as e:
-            from ..shapes import _one_line
+            from ..shapes import one_line
 
             raise ProfileError(f"{ep} cannot build a session for the whole model: "
-                               f"{_one_line(e)}") from None
+                               f"{one_line(e)}") from None
         overheads = runner.overheads(warmup, repeats)
         whole_run = runner.bind(whole_sess, feeds)
         how = method if method != "auto" else _auto_method(ep, whole_run, _node_count(model.graph),
@@ -259,9 +259,9 @@ def _auto_method(ep: str, whole_run, nodes: int, warmup: int) -> str:
 def _node_count(graph) -> int:
     """Nodes of an ONNX graph, those of its If/Loop/Scan subgraphs included (each has its
     own profiler event)."""
-    from ..graph import _subgraphs
+    from ..graph import subgraphs
 
-    return sum(1 + sum(_node_count(g) for g in _subgraphs(n)) for n in graph.node)
+    return sum(1 + sum(_node_count(g) for g in subgraphs(n)) for n in graph.node)
 
 
 def _short(ep: str) -> str:

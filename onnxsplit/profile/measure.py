@@ -58,7 +58,7 @@ def input_feeds(graph: OpGraph, seed: int = 0) -> dict[str, np.ndarray]:
     out = {}
     for name in graph.inputs:
         t = graph.tensors[name]
-        out[name] = shapes._feed(shapes.elem_type(t.dtype) or TensorProto.FLOAT, t.shape, False, rng,
+        out[name] = shapes.stand_in(shapes.elem_type(t.dtype) or TensorProto.FLOAT, t.shape, False, rng,
                                  graph.input_fills.get(name))
     return out
 
@@ -101,7 +101,7 @@ def reference_values(model: onnx.ModelProto, graph: OpGraph,
         values = sess.run(names, dict(feeds))
     except Exception as e:
         raise ModelError(f"onnxruntime could not run the model with inputs {given} to get every "
-                         f"node's input values: {shapes._one_line(e)}") from None
+                         f"node's input values: {shapes.one_line(e)}") from None
     out: dict[str, object] = dict(feeds)
     out.update(zip(names, values))
     return out
@@ -430,7 +430,7 @@ def _time_node(runner, model, graph, opnode, values, weights, warmup, repeats,
     try:
         sess = runner.session(nm.proto)
     except Exception as e:
-        why = shapes._one_line(e)
+        why = shapes.one_line(e)
         if runner.ep == devices.CPU_EP:  # it ran in the whole model: a profiling limit
             return NodeTiming(opnode.op_type, True, error=f"not timed alone: {why}")
         return NodeTiming(opnode.op_type, False, error=f"{runner.ep} cannot run it: {why}")
@@ -442,4 +442,4 @@ def _time_node(runner, model, graph, opnode, values, weights, warmup, repeats,
         return runner.time(sess, nm.feeds, warmup, repeats, budget_s=budget_s)
     except Exception as e:
         supported = runner.ep == devices.CPU_EP
-        return NodeTiming(opnode.op_type, supported, error=f"run failed: {shapes._one_line(e)}")
+        return NodeTiming(opnode.op_type, supported, error=f"run failed: {shapes.one_line(e)}")

@@ -289,3 +289,13 @@ def model_hash(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...
     shapes = json.dumps({k: list(v) for k, v in sorted(input_shapes.items())})
     h.update(shapes.encode())
     return h.hexdigest()
+
+
+def profile_key(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]],
+                fills: Mapping[str, float] | None = None) -> str:
+    """What a profile is keyed by: :func:`model_hash`, and the input ``fills`` (values that
+    steer control flow) where there are any."""
+    key = model_hash(model, input_shapes)
+    if fills:
+        key = hashlib.sha256((key + json.dumps(sorted(fills.items()))).encode()).hexdigest()
+    return key

@@ -6,7 +6,10 @@ building a large integer program, one pass of a kernel.  :func:`within` is the b
 the method runs in a thread of its own; if it has not returned GRACE after the limit, the
 caller gets the best valid plan the method offered on the way (:func:`offer`: warm
 starts, improved incumbents; else the whole model on one device where that is valid) with
-status "time_limit", and the method's thread is told to stop (its loops and HiGHS's interrupt callback see :func:`onnxsplit.interrupt.check`).
+status "time_limit", and the method's thread is told to stop (its loops and HiGHS's
+interrupt callback see :func:`onnxsplit.interrupt.check`).
+
+Write-up: docs/README.md (Limits).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ local search's class graph.
 
 A colour class must share a device (nodes that share a weight), so every method places
 classes, not nodes; each view here is built once from a Workload.
+
+Write-up: docs/README.md (The model the solvers optimise).
 """
 
 from __future__ import annotations

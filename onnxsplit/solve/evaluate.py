@@ -1,16 +1,14 @@
 """The one judge of every plan: pure functions of (Workload, assignment).
 
-* :func:`max_load` -- time per sample of a pipelined split (throughput objective).  A CPU
-  core's load is the sum of its nodes' CPU latencies.  An accelerator's load is the sum of
-  its nodes' accelerator latencies plus ``c(u)`` once for every tensor ``u`` it sends or
-  receives: a tensor is charged once per device, not once per edge.
-* :func:`latency` -- single-stream latency in the paper's model: CPU nodes run with
-  unbounded parallelism; each contiguous piece of an accelerator is one call (all inputs
-  arrive, it computes, all outputs leave).
+* :func:`max_load` -- time per sample of a pipelined split (throughput): a device's node
+  latencies plus, on an accelerator, ``c(u)`` once for every tensor it sends or receives.
+* :func:`latency` -- single-stream latency: CPU nodes run with unbounded parallelism,
+  each contiguous piece of an accelerator is one call.
 * :func:`check` -- the list of violations: memory, support, colour classes, device
   counts, contiguity and cycles between parts.
 
-Nothing here knows which solver made the assignment.
+Nothing here knows which solver made the assignment.  Write-up: docs/README.md (The
+model the solvers optimise).
 """
 
 from __future__ import annotations
@@ -95,6 +93,17 @@ def widened(workload: Workload, assignment: dict[int, str]) -> tuple[Workload, l
     if not violations:
         return workload, []
     return workload.replace(num_accelerators=needed["acc"], num_cpus=needed["cpu"]), violations
+
+
+def device_rows(w: Workload, assignment: dict[int, str], order=None) -> list[dict]:
+    """Per device of a plan, in ``order`` (default: the devices it uses, by name): its node
+    count and max-load load -- the one table the CLI prints and the main command reports."""
+    loads = max_load(w, assignment).loads
+    counts: dict[str, int] = {}
+    for d in assignment.values():
+        counts[d] = counts.get(d, 0) + 1
+    return [{"device": d, "nodes": counts.get(d, 0), "load": loads.get(d, 0.0)}
+            for d in (order if order is not None else sorted(counts))]
 
 
 def max_load(workload: Workload, assignment: dict[int, str]) -> Score:

@@ -2,6 +2,8 @@
 
 Every baseline and every composed method ends here, so a plan's status says what the
 independent evaluator found: "feasible" only where :func:`evaluate.check` finds nothing.
+
+Write-up: docs/README.md (The model the solvers optimise: validity), docs/baselines.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Native calls in a child process of their own, one at a time.
 
-Scotch (through pyscotch) aborts, crashes or hangs on some graphs (a 6,000-node
-transformer-like workload, one run in two), and in a thread of this process that ends the
-command.  In a child process a crash is an error here (the next call starts a fresh
-child), a hang ends at the call's timeout, and the child is killed on Ctrl-C.
+Scotch (through pyscotch) aborts, crashes or hangs on some graphs, and in a thread of
+this process that ends the command.  In a child process a crash is an error here (the
+next call starts a fresh child), a hang ends at the call's timeout, and the child is
+killed on Ctrl-C.  Write-up: docs/baselines.md (scotch, metis).
 
     with Child() as child:
         parts = child.call("onnxsplit.solve.partitioners:scotch_parts", nparts, xadj, ...)

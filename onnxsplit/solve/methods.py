@@ -7,7 +7,8 @@ Workload returning a Plan the evaluator has scored), then add one ``Method`` bel
 
 Each ``run`` imports its module when it runs, and :func:`solve` the time-limit watch:
 deliberate lazy imports, so that ``onnxsplit --help`` reads this list without loading
-numpy, numba kernels, python-mip or HiGHS.
+numpy, numba kernels, python-mip or HiGHS.  Write-up: docs/README.md and the pages it
+lists.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""python-mip helpers shared by the integer programs (throughput, latency, pairs).
+"""python-mip helpers shared by the integer programs (throughput, latency, improve_pairs).
 
 A model on HiGHS (CBC selectable) that stops at Ctrl-C or its caller's time limit, both
-while it is built and while HiGHS runs.  Imported only by the integer programs, which the method registry
-imports when one runs (so ``onnxsplit --help`` does not load python-mip); never by the
-CP-SAT worker (OR-Tools and HiGHS cannot share a process).
+while it is built and while HiGHS runs.  Imported only by the integer programs, which the
+method registry imports when one runs (so ``onnxsplit --help`` does not load python-mip);
+never by the CP-SAT worker (OR-Tools and HiGHS cannot share a process).
+
+Write-up: docs/throughput.md (ip), docs/latency.md (ip, CP-SAT).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """Topological orders of inseparable blocks that the sequence methods cut (latency_dp,
 dp_ring): the reference's, earliest- and latest-first, seeded random ones, and each with
 its sources (weights, constants) moved just before their first consumer.
+
+Write-up: docs/latency.md (latency_dp), docs/throughput.md (dp_ring).
 """
 
 from __future__ import annotations

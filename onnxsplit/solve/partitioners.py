@@ -1,7 +1,9 @@
 """The external graph partitioners the paper's baselines call: Scotch and METIS.
 
 Kept light (numpy and the partitioner only): Scotch runs in a child process of its own
-(isolated.py), which imports this module and nothing heavier.
+(:mod:`.isolated`), which imports this module and nothing heavier.
+
+Write-up: docs/baselines.md (scotch, metis).
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Preprocessing passes that turn a Workload into the instance the max-load DP runs on.
 
-The DP places *forward* supernodes along a chain of ideals and carries each one's backward
+The DP places forward supernodes along a chain of ideals and carries each one's backward
 partner along.  Matching the paper's optima needs the reference's passes, in its order:
+:func:`contract_color_classes`, :func:`add_orphan_standins` (zero-cost forward stand-ins
+for backward-only classes), :func:`fuse_forward_sccs` (classes on a forward cycle) and
+:func:`merge_zero_latency`.  Each pass is a pure function ``Contracted -> Contracted``
+and changes no cost: the DP still charges every original tensor by its original edges
+(``throughput/dp.py``).
 
-1. :func:`contract_color_classes` -- the forward nodes of a colour class become one
-   supernode, its backward nodes another.
-2. :func:`add_orphan_standins` -- a backward class without forward nodes gets a zero-cost
-   forward stand-in, tied in by edges that mirror its backward edges.
-3. :func:`fuse_forward_sccs` -- classes on a cycle of the forward graph (the stand-ins'
-   mirrored edges can make one) are fused, then contracted again.
-4. :func:`merge_zero_latency` -- a zero-latency forward supernode with exactly one forward
-   neighbour joins that neighbour's class, where that provably cannot raise the optimum.
-
-Each pass is a pure function ``Contracted -> Contracted``.  Costs are never changed: the
-DP still charges every original tensor by its original edges (see ``dp.py``).
+Write-up: docs/throughput.md (dp: Preprocessing).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ have millions of ideals), for latency also the plan composed along cut vertices,
 
 The candidates and the function that runs one come from the method registry
 (:func:`.methods.quick`), which calls in here.
+
+Write-up: docs/throughput.md (ip), docs/latency.md (ip: Warm start, Polish).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Fixed placements: ``one_accelerator``, ``all_cpu``, ``ort_default`` (what onnxruntime
 does: every node its accelerator EP supports there, the rest on the CPU) and ``given``
-(a user's split file), scored and checked like any plan.
+(a user's split file), scored and checked like any plan.  Write-up: docs/baselines.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Greedy placements: the paper's latency greedy (accelerators filled one after another by
 memory) and OpenVINO HETERO's (nodes in topological order to the first device that
-supports them and has room).
+supports them and has room).  Write-up: docs/baselines.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Local search over colour-class moves with random restarts (the paper's baseline, made
 feasible): moves only between memory- and support-feasible assignments, CPU cores
 allowed, loads updated one move at a time (numba kernels).  Its class state also repairs
-the partitioners' parts (:mod:`.partition`).
+the partitioners' parts (:mod:`.partition`).  Write-up: docs/baselines.md.
 """
 
 from __future__ import annotations

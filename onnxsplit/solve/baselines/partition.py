@@ -1,6 +1,7 @@
 """Graph-partitioner baselines (``scotch``, ``metis``): the communication-weighted graph of
 colour classes cut into ``k`` parts balanced by accelerator latency, best of seeded
 restarts; parts over memory are repaired by local search's class state.
+Write-up: docs/baselines.md.
 """
 
 from __future__ import annotations

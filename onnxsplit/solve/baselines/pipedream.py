@@ -1,5 +1,6 @@
 """PipeDream's planner: branches collapsed by biconnected components of the forward graph,
 then the max-load DP over the prefixes of one topological order (a few orders tried).
+Write-up: docs/baselines.md.
 """
 
 from __future__ import annotations

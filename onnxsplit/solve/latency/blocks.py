@@ -1,7 +1,9 @@
 """The graph cut at its cut vertices: nodes every input-to-output path passes through
 (sources set aside where there are several: weights and constants), and the blocks
 between them (an Inception module, a residual block), each as a workload of its own with
-its ends pinned.  The latency_series method and the composed bound both work on these.
+its ends pinned.  The latency_series method and the series bound both work on these.
+
+Write-up: docs/latency.md (latency_series, Series bound).
 """
 
 from __future__ import annotations

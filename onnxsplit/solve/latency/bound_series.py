@@ -1,35 +1,15 @@
-"""A latency lower bound composed along the graph's cut vertices.
+"""A latency lower bound composed along the graph's cut vertices (the series bound).
 
-Every path passes each cut vertex (:mod:`series`), so a plan's latency splits at them:
-a cut vertex runs on the CPUs, its finish time all that the rest of the graph sees of
-the past, or inside a call that may reach back into the block before it and on into the
-blocks after.  A call that holds a cut vertex holds an up-closed part U of the block
-before it (everything U feeds in that block) and a down-closed part W of the block where
-it ends, whole blocks in between; its memory is the sum.  A DP over the cut vertices,
-with the calls used so far and, while a call is open, its memory, is then exact given
-each block's least time in four cases, t calls of the block's own besides:
+Every path passes each cut vertex (:mod:`.blocks`), so a plan's latency splits at them.
+A DP over the cut vertices, with the calls used so far and an open call's memory, is
+exact given each block's least time with its ends on the CPUs or in calls reaching into
+it (cases CC, CO, OC, OO): the latency program on the block alone
+(:func:`.blocks.block_workload`, its ends pinned), solved by CP-SAT (:mod:`.cpsat`).
+The tables are filled lazily, only the entries on the DP's best path, and a room is
+walked down one Pareto point at a time.  It sees a block's parallel branches competing
+for the accelerators, which the path bound cannot.
 
-* CC(t): both ends on the CPUs;  CO(t, room): the call of the last end begins in the
-  block, holding at most ``room`` of it;  OC(t, room): the call of the first end ends in
-  it;  OO(t, room, room left in the first end's call): both (two calls).
-
-Each case is the latency program on the block alone (:func:`series.block_workload`, its
-ends pinned), solved by CP-SAT (:mod:`cpsat`), whose proven bound is what counts.  The
-tables are filled lazily: every entry starts at a cheap bound valid for every t and room
-(the block's path bound), and only the entries on the DP's best path are solved, until
-that path holds solved entries only.
-A room is walked down one Pareto point at a time: the program at room r returns a least
-time v and the memory m its call used; v holds for every room in [m, r], and below m
-(less STEP) the next program is needed (v bounds it until then).  Every DP value along
-the way is a lower bound, and on graphs where every entry's program is proven the last
-one is the optimum.
-
-The path bound cannot see what this does: parallel branches of a block that each need a
-call of their own (or run 10x slower on the CPUs) compete for the same few accelerators.
-On Inception-v3 (12 accelerators of 2 GiB) it converges at 1199.70 (the plan: 1199.70;
-the path bound: 1148.69) after about 41 s on a 2-core machine, past 1% after 28-29 s.
-With HiGHS on the blocks it converged at 1199.58 after 224 s: its big-M rows left some
-block programs unproven after 30 s that CP-SAT closes in a second.
+Write-up: docs/latency.md (Series bound).
 """
 
 from __future__ import annotations

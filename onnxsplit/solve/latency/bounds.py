@@ -6,6 +6,8 @@ one after another, each taking at least the least call holding that segment
 every plan's latency: it sees the memory limit forcing layers apart and the branches
 beside the path.  Above: all on the CPUs, or a warm start the latency program accepts.
 Also used by the CP-SAT worker, so nothing here imports python-mip.
+
+Write-up: docs/latency.md (Path bound).
 """
 
 from __future__ import annotations

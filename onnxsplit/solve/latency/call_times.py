@@ -1,28 +1,15 @@
-"""The least time of an accelerator call that runs a given segment of a path.
+"""The call cut: the least time of an accelerator call that runs a given segment of a path.
 
-In the latency model a call's time -- every tensor that enters it, its compute, every
-tensor that leaves it -- depends on the call's node set alone.  A call meets a path of
-the graph in a segment (calls are convex); whatever else it holds, its time is at least
+A call meets a path in a segment (calls are convex); whatever else it holds, its time is
+at least that of the least node set holding the segment and its hull, within one
+accelerator's memory, of supported nodes.  Without the memory limit that least is a
+minimum cut (a node pays its accelerator time, a tensor the cut separates its cost once);
+memory is priced in by a Lagrangian whose multiplier Kelley's cutting planes choose.
+Dropping convexity beyond the hull only lowers the value: it stays a bound.  What
+:func:`segment_call_times` adds to the path bound (:func:`.bounds.latency_lower_bound`):
+off the path, branches cost a call transfers or memory the path alone does not see.
 
-    least time(C) over node sets C with C ∩ path = segment, holding the segment's hull
-    (every node on a path from its first node to its last: convexity), within one
-    accelerator's memory, of supported nodes (and whole colour classes when each
-    accelerator makes one call, which then holds all of the device's nodes).
-
-Without the memory limit that least is a minimum cut: C is the source side; a node on it
-pays its accelerator time (an arc to the sink); a tensor whose producer and consumers the
-cut separates pays its cost once (a hyperedge, two auxiliary vertices and one arc of the
-tensor's cost); the segment and its hull are tied to the source, the path's other nodes
-to the sink.  Memory is priced in by Lagrangian relaxation: for every λ >= 0,
-min_C time(C) + λ (size(C) - memory) is below the constrained least, and λ is chosen by
-Kelley's cutting planes (the dual is concave and piecewise linear in λ).  Convexity of C
-beyond the hull and disjointness of calls are dropped, which only lowers the value: it
-stays a bound.  (The hull counts where memory binds: Inception-v3's path bound rises
-from 1147.28 to 1148.69, for less time, as a hull over memory ends a row early.)
-
-:func:`segment_call_times` is what :func:`segments.latency_lower_bound` adds to the path
-DP: off the path, a residual block's projection or an Inception module's other branches
-cost a call transfers or memory the path alone does not see.
+Write-up: docs/latency.md (Path bound: The call cut in detail).
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """The latency problem with one call per accelerator, as a CP-SAT model (OR-Tools).
 
-The same program as the latency IP (:func:`ip.solve_latency`, one piece per accelerator),
-given to a constraint solver instead of a MIP solver: each time link holds only where its
-literal does (a call waits for a tensor only if it receives it; a node finishes with its
-call only if it is in it), which CP-SAT propagates exactly, where the MIP's big-M rows
-relax to nothing.  On the small blocks the composed latency bound solves
-(:mod:`seriesbound`), HiGHS's bound stayed at the path bound until its tree was
-exhausted; CP-SAT closes the same programs in about a second (Inception-v3: one block
-with four calls proven in 0.9-1.1 s, against HiGHS's 73.67 of 97.09 after 30 s).
+The latency IP's program (:func:`.ip.solve_latency`, one piece per accelerator) for a
+constraint solver: each time link holds only where its literal does, which CP-SAT
+propagates exactly, where the MIP's big-M rows relax to nothing; so it closes the block
+programs of the series bound (:mod:`.bound_series`).  Times and sizes are rounded down to
+integers, so its proven bound holds here too; its plans are re-scored by the evaluator.
+It runs in worker processes (:func:`solve_latency_cp`), each a plain
+``python -m onnxsplit.solve.latency.cpsat``: OR-Tools and python-mip's HiGHS cannot share
+a process.
 
-Times are integers to CP-SAT: every duration is rounded down at a resolution of the
-best known latency / UNITS, and every size at the accelerator memory / UNITS.  Every
-plan then costs no more there than here and fits there when it fits here, so the solver's
-proven bound holds here too; the plans it finds are re-scored by the evaluator.
-
-CP-SAT runs in worker processes of its own (:func:`solve_latency_cp`): OR-Tools' wheel
-bundles a HiGHS library under the same name as highspy's (``libhighs.so.1``) but of
-another version, and a process loads only one of them: python-mip's HiGHS and CP-SAT
-cannot share a process.  A worker is a plain ``python -m onnxsplit.solve.latency.cpsat`` that
-reads (workload, options) and writes back a Plan, pickled, on its standard streams;
-workers start on first use, wait for the next call, and end with this process.
+Write-up: docs/latency.md (CP-SAT).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def cut_sequence(w: Workload, seq, slots: int, can_cut: np.ndarray | None = None
     indices, in an order every edge among them follows); at most ``slots`` accelerator
     segments, each within one accelerator's memory and of supported nodes.  ``can_cut[i]``:
     a segment may start at position i (default: anywhere).  ``call_times[i, e]``: a least
-    time of the call running seq[i:e] known from elsewhere (:mod:`callcut`), used where it
+    time of the call running seq[i:e] known from elsewhere (:mod:`.call_times`), used where it
     is larger.  Value inf if none is valid."""
     seq = np.asarray(seq, dtype=np.int64)
     L = len(seq)

@@ -1,17 +1,13 @@
 """Local search on a latency plan: move one colour class at a time while latency drops.
 
-The quick latency plans leave easy gains.  The latency DP runs its segments one after
-another, so it cannot see a node that is cheaper on the CPUs *beside* the accelerator
-calls than inside one: on op-level BERT-12 the tied embedding matrix (a colour class of
-the table, its Gather and its Transpose) rides in the first call and costs that call a
-large outgoing tensor, where on the CPUs it runs in parallel with the calls and the first
-call waits only for the small Gather output.  Such moves are what this pass tries: every
-colour class to the CPUs, to a neighbour's accelerator, or to an unused accelerator;
-the first move that lowers the latency is kept, until none does or time runs out.
+The latency DP runs its segments one after another, so it cannot see a node cheaper on
+the CPUs beside the calls than inside one (op-level BERT's tied embedding class).  Each
+colour class is tried on the CPUs, on a neighbour's accelerator and on an unused one;
+the first move that lowers the latency is kept, until none does or time runs out.  Plans
+have one call per accelerator; a candidate's latency comes from a compiled schedule,
+and the result is scored again by :func:`evaluate.latency`.
 
-Plans here have one call per accelerator (each accelerator's part convex), the latency
-IP's ``--pieces 1``; the latency of a candidate comes from a compiled schedule of that
-model, and the result is scored again by :func:`evaluate.latency`.
+Write-up: docs/latency.md (ip: Polish).
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
-"""Latency plans composed along the graph's cut vertices.
+"""``latency_series``: latency plans composed along the graph's cut vertices.
 
-A cut vertex is a node every path from an input to an output passes through (sources set
-aside where there are several: weights and constants).  Between two consecutive ones
-lies a block -- an Inception module, a residual block -- and the blocks run one after
-another.  The plans built here:
+Between two consecutive cut vertices (:mod:`.blocks`) lies a block -- an Inception
+module, a residual block -- and the blocks run one after another.  Each cut vertex runs
+on the CPUs or in a call holding a run of whole blocks (which may begin or end partway
+into a neighbouring block); the rest of a block runs as the latency IP's best plan of
+that block alone; a DP over the cut vertices and the calls used picks the combination.
+Unlike latency_dp (:func:`.dp.sequence_split`), a block's branches run side by side,
+some in calls and some on the CPUs.
 
-* each cut vertex runs on the CPUs, or in an accelerator call holding a run of whole
-  blocks from one cut vertex to a later one, which may also begin or end partway into
-  the neighbouring block (holding at most half of its memory);
-* the rest of a block runs as the best plan of that block alone, found by the latency IP
-  on the block, which is small: with both ends on the CPUs, one plan per number t of
-  calls of its own; with one end in a call, one plan.
-
-A DP over the cut vertices and the calls used so far picks the best combination; where
-every edge stays inside a block its value is the evaluator's latency of the plan.  What
-this adds to latency_dp (:func:`.dp.sequence_split`): a block's branches run side by side, some
-in calls and some on the CPUs, where the sequence split runs segments one after another.
-On Inception-v3 (12 accelerators of 2 GiB) it cuts the best latency from 1279.2 to
-1199.7 (1211.7 with calls at whole blocks only).
+Write-up: docs/latency.md (latency_series).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
-"""Lower bounds from part of the graph.
+"""Lower bounds from part of the graph (the throughput IP's bound).
 
-Restricted to a subset U of the nodes, every plan stays a plan of the sub-workload (U's
-nodes, the edges among them) and no device's load grows: it keeps part of its work and
-only tensors both made and used in U, each still charged at most once.  So the proven
-optimum of the sub-workload -- even a bound short of it -- is a lower bound for the
-whole.  A part can be far easier to solve than the whole and still hold what makes it
-hard: on op-level ResNet-50 the first 60% of the nodes already need max load 124.35 (the
-DP's value for the whole), proven in seconds, while the whole program takes 275 s.
-
+Restricted to a subset of the nodes, every plan stays a plan of the sub-workload and no
+device's load grows, so the sub-workload's proven optimum (or any bound on it) bounds the
+whole; a part can be far easier to solve and still hold what makes the whole hard.
 :func:`grown_part_bounds` solves prefixes and suffixes of a topological order, growing
 each while the solver still proves its part optimal within the time given.
+
+Write-up: docs/throughput.md (ip, phase 6: Parts of the graph).
 """
 
 from __future__ import annotations

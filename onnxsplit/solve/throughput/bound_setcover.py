@@ -1,35 +1,14 @@
-"""A set-covering bound on the max load: is max load <= T impossible?
+"""A set-covering certificate that max load <= T is impossible (the throughput IP's bound).
 
-A plan with max load at most T splits the classes into at most k accelerator sets --
-each of supported classes, within one accelerator's memory, its work plus the tensors
-crossing its boundary at most T -- and at most l CPU sets of CPU time at most T.  Let
-the sets be used in fractions instead: the LP
+A plan with max load at most T splits the classes into at most k accelerator sets (of
+supported classes, within memory, work plus the set's own transfers at most T) and at
+most l CPU sets.  The LP covering every class with fractions of such sets is below every
+plan's count of accelerators, so dual prices under which no accelerator set is worth
+enough prove, by weak duality, that more than k are needed.  Columns are generated:
+local search, then a MIP, look for a set that would lower the LP.  Covering rather than
+partitioning keeps the prices settled.
 
-    min  sum of the accelerator sets' fractions
-    s.t. every class covered at least once;  the CPU sets' fractions sum to at most l
-
-is below every plan's count of accelerators (a plan's sets cover each class once).  Its
-dual gives a certificate: prices pi (one per class) such that every accelerator set has
-pi(S) < (sum pi - l mu) / k, with mu the most any CPU set is worth, show by weak
-duality that the LP, and so every plan with max load <= T, needs more than k
-accelerators.  Each set pays its own transfers here, which the IP's relaxation (every
-class split evenly, no tensor crossing) and the spreading LP see only on average.
-
-Covering (>= 1) and not partitioning (= 1): the partitioning LP is at least as high, but
-so degenerate that its simplex took ~300 iterations a round and its prices swung from
-round to round; the covering LP's prices are >= 0 and settle in a few hundred rounds.
-Measured standalone, the certificate at 1% below the best plan (covering against
-partitioning, 8 local-search seeds): op-level BERT-6 training 45 s against 99 s, BERT-6
-inference 55 s against none in 100 s, BERT-12 inference 15 s against none in 240 s,
-ResNet-50 training 1.7 s against 8.5 s.
-
-The LP has a column per set, so columns are generated (Dantzig-Wolfe): the LP over the
-sets known so far gives prices; local search looks for a set worth more than 1 (one
-that lowers the LP) -- from many of them: the sets that lower it are seldom near the
-best-priced few; where it finds none, a MIP is asked for a set worth at least the
-certificate's threshold.  If there is none the certificate holds; if there is one, it is
-a new column.  The LP over the sets known so far only ever falls, so once its value is
-at most k no certificate can come and the search stops.
+Write-up: docs/throughput.md (The set-covering certificate, in detail).
 """
 
 from __future__ import annotations
@@ -58,7 +37,7 @@ PROVEN, EXHAUSTED, STOPPED = "proven", "exhausted", "stopped"  # how a search en
 
 def infeasible(cl, k: int, l: int, memory: float, T: float, plan_devices: np.ndarray | None,
                seconds: float, stop: threading.Event | None = None) -> bool:
-    """Whether no plan of the classes ``cl`` (:class:`ip.Classes`) on ``k`` accelerators and
+    """Whether no plan of the classes ``cl`` (:class:`..classes.Classes`) on ``k`` accelerators and
     ``l`` CPUs has max load at most ``T``, proven within ``seconds`` (or before ``stop`` is
     set); False where it cannot be shown (in time, or at all: the LP then has a fractional
     plan).  ``plan_devices`` (class -> device index) seeds the LP with a known plan's

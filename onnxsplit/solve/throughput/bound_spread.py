@@ -1,33 +1,15 @@
-"""A lower bound on the max load that sees transfers: a spreading-metric LP.
+"""A lower bound on the max load that sees transfers: a spreading-metric LP (the throughput
+IP's bound).
 
-The throughput IP's LP relaxation splits every class evenly over identical devices, so no
-tensor ever crosses and transfers drop out of its bound.  Where transfers are much of
-the load (op-level graphs, training above all) branch and bound lifts that bound slowly:
-on the paper repository's op-level ResNet-50 training (6 accelerators) it stays near the
-work alone, 149.6, against a best plan of 255.2.
+The IP's LP relaxation splits every class evenly, so no tensor crosses and transfers drop
+out of its bound.  A plan is a partition of the classes, so a metric in which a crossing
+tensor has length 1; the LP keeps what every plan with max load T satisfies: all work and
+transfers fit on the devices, every part weighs at most T, and a class that must run on
+an accelerator pays its part's transfers.  Spreading rows are added one source class at a
+time as cutting planes (a shortest-path check finds violated ones); every round's value
+is already a bound.
 
-A plan is a partition of the classes into parts (each accelerator one part, the CPUs
-together one).  It defines a metric: d(u, v) = 1 when u and v are in different parts,
-and a tensor (hyperedge h, cost c_h) that crosses gets length l_h = 1.  The LP keeps
-what every plan with max load T satisfies:
-
-* **all work and transfers fit:** k T >= the accelerators' work + their transfers,
-  sum acc_v (1 - a_v) + sum c_h (2 l_h - kappa_h), where a_v is class v's share on the
-  CPUs (sum cpu_v a_v <= l T).  A crossing tensor is paid by at least two accelerators,
-  or by one where the CPUs hold part of it (kappa_h <= l_h, kappa_h <= its members' a);
-  a tensor between the CPUs and an accelerator crosses (l_h >= |a_m - a_s|);
-* **spreading:** the part holding class u weighs at most T (l T for the CPUs):
-  sum_v w_v (1 - p_u(v)) <= T, where w_v is v's cheaper time and p_u(v) is at most
-  min(1, the distance from u) -- potentials p_u(u) = 0, moving at most l_h / 2 from a
-  member of h to its hub;
-* **the part's own transfers:** where u must run on an accelerator (the CPUs cannot run
-  it, or its CPU time alone exceeds the best plan known), its part's work and transfers:
-  sum_v acc_v (1 - p_u(v)) + sum_h c_h sigma_uh <= T, sigma_uh >= |p_u(m) - p_u(source)|.
-
-The least T of this LP is a lower bound for every plan at most as good as the best
-known.  The spreading rows come one source class at a time, as cutting planes: a row is
-added where a shortest-path check on the LP's lengths shows it violated, and every
-round's value is already a bound.  On ResNet-50 training it gives 214.4 in 3 s.
+Write-up: docs/throughput.md (The spreading metric, in detail).
 """
 
 from __future__ import annotations
@@ -45,7 +27,7 @@ SLACK = 1e-7  # relative: a row violated by less is satisfied; the bound is lowe
 
 def spreading_bound(cl, k: int, l: int, floor: float, upper: float, seconds: float) -> float | None:
     """The LP's least T (at least ``floor``, at most ``upper``) for the classes ``cl``
-    (:class:`ip.Classes`) on ``k`` accelerators and ``l`` CPUs; None where there is nothing
+    (:class:`..classes.Classes`) on ``k`` accelerators and ``l`` CPUs; None where there is nothing
     to add (no accelerator or no tensor with a cost) or no round finished in ``seconds``."""
     if k == 0 or not cl.hyper or not np.isfinite(upper):
         return None

@@ -1,14 +1,13 @@
-"""Lower bounds on the max load that need no solver.
+"""Lower bounds on the max load that need no solver: the average work and a packing bound.
 
-The integer program's LP relaxation spreads work evenly over the devices, so its bound
-starts at the average work and, on workloads whose colour classes are few and large (a
-layer-level BERT: 24 layers of similar cost on 6 accelerators), branch and bound never
-lifts it: 13.2 against an optimum near 17.7.  A packing argument does what the LP cannot:
-if some number of the largest classes cannot all fit on the CPUs, some accelerator holds
-several of them, and its load is at least the sum of the smallest of those.
+The IP's LP relaxation spreads work evenly, so its bound starts at the average work and,
+where the colour classes are few and large, branch and bound may never lift it.  The
+packing argument does what the LP cannot: if some number of the largest classes cannot
+all fit on the CPUs, some accelerator holds several of them, and its load is at least the
+sum of the smallest of those.  Both ignore transfers and memory (which only add load or
+remove plans), so they hold for every plan, contiguous or not.
 
-Both bounds ignore transfers and memory (they only add load or remove plans), so they hold
-for every plan, contiguous or not.
+Write-up: docs/throughput.md (ip, phase 1: Packing bound).
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
-"""Exact max-load DP over ideals (Tarnawski et al., Section 4) for contiguous pipelines.
+"""Exact max-load DP over ideals (Tarnawski et al., Section 4) for contiguous pipelines:
+the ``dp`` and ``dp_linear`` methods.
 
-dp[c][f][I] = the best max-load of covering ideal I with c CPU cores and f accelerators,
+dp[c][f][I] = the best max load of covering ideal I with c CPU cores and f accelerators,
 each taking one difference J..I of a chain of ideals (plus the backward partners of those
-forward nodes).  The answer is dp[l][k][V].
+forward nodes); the answer is dp[l][k][V].  ``dp_linear`` runs it on the chains of a few
+topological orders.  It is fast without changing the optimum: a part's cost is kept up
+to date as a hypergraph cut while a walk grows the part, pairs are pruned by the
+linearized upper bound, and only ideals whose latency fits the devices around them are
+kept.  Every plan is re-scored by :mod:`onnxsplit.solve.evaluate`.
 
-The reference recomputes the cost of each of up to 579 million ideal pairs from scratch.
-Here three things make it fast, none of them changing the optimum:
-
-* **Incremental costs.**  For a fixed upper ideal I a depth-first walk down the lattice
-  grows S = I \\ J one element at a time.  A part's communication is a hypergraph cut (each
-  original tensor u is the hyperedge {u} + its consumers; it is paid once iff S splits
-  it), kept up to date with one counter per hyperedge: O(degree) per pair.
-* **An upper bound UB** from the same DP over a few topological orders (the paper's
-  "linearized" variant).  A pair whose latency alone exceeds UB is never used, and the
-  walk stops there (latency only grows as S grows).
-* **Capacity windows.**  A state (c, f, I) can only be on a chain of value <= UB if I's
-  accelerator latency fits into f accelerators and c cores, and the rest fits into the
-  remaining devices.  When UB is tight, only a thin band of ideals survives per layer.
-
-Every plan is re-scored by :mod:`onnxsplit.solve.evaluate` before it is returned.
+Write-up: docs/throughput.md (dp, dp_linear).
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
-"""Max-load splits of one order of the colour classes bent into a ring.
+"""``dp_ring``: max-load splits of one order of the colour classes bent into a ring.
 
-The linearized DP cuts one topological order into segments, one per device.  A model
-with tied weights breaks that: on op-level BERT the embedding table, its Gather and the
-Transpose that feeds the output projection are one colour class, used at the very start
-and at the very end.  In a segment split the first device sends the transposed table to
-the last (a large tensor, paid by both), or holds both ends and everything between.  A
-ring split gives one accelerator a prefix *and* a suffix of the order -- the order bent
-into a ring, cut into segments -- and splits the middle into segments on the other
-devices, exactly (a DP over the end of each segment, for each start of the middle).
-On op-level BERT-3 inference it gives 22.11 where the linearized DP gives 27.92 (the IP's
-optimum is 21.91); on the paper repository's op-level BERT-12 inference (6 accelerators,
-not among our workloads) 138.65 against 147.48.
+A segment split of one order serves tied weights badly: op-level BERT's embedding class
+(table, Gather, Transpose) is used first and last, so the first device sends the
+transposed table to the last.  A ring split gives one accelerator a prefix *and* a
+suffix of the order and cuts the middle into segments on the other devices, exactly (a
+DP over the end of each segment, for each start of the middle).  Loads are the
+evaluator's; memory and accelerator support are respected.  Also a warm start of the
+throughput IP.
 
-A device's load is the evaluator's: compute, plus every tensor that crosses its part's
-boundary (a part and its complement have the same boundary, so the ring part pays what
-the middle's boundary carries).  Memory and accelerator support are respected.
+Write-up: docs/throughput.md (dp_ring).
 """
 
 from __future__ import annotations
@@ -73,7 +67,7 @@ def ring_split(w: Workload) -> Plan | None:
 
 def _late_source_rank(w: Workload, cl) -> np.ndarray:
     """class -> its place in an order where every node without inputs (a weight, a
-    constant) comes just before its first consumer (:func:`segments.sources_late`)
+    constant) comes just before its first consumer (:func:`..orders.sources_late`)
     instead of at the front: a topological order puts them all first, where a segment
     would send them far."""
     indegree = np.array([len(p) for p in w.predecessors], dtype=np.int64)

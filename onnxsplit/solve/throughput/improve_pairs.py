@@ -1,17 +1,13 @@
-"""Pairwise re-optimisation of a max-load plan: a large-neighbourhood search on the IP.
+"""Pairwise re-optimisation of a max-load plan: a large-neighbourhood search on the IP
+(the throughput IP's pairs phase).
 
 Take the most loaded device and one other, free every colour class on the two, keep the
-rest where it is, and solve that small program (to within PAIR_GAP): the best division of the two
-devices' classes between them, transfers included.  Moving classes between two devices
-never changes whether a tensor crosses a third device's boundary (some of its members
-stay off that device either way), so every other load stays as it was.  A division whose
-larger load is below the old maximum is kept; the search stops at a local optimum or when
-its time is up.
+rest where it is, and solve that small program to within PAIR_GAP: the best division of
+the two devices' classes, transfers included.  No other device's load changes, so a
+division whose larger load is below the old maximum is kept; the search stops at a local
+optimum or when its time is up.
 
-Branch and bound finds good plans slowly on many small classes; these subproblems (a few
-dozen classes) solve in about a second.  On layer-level ResNet-50 inference the search
-takes the DP's 33.77 to 33.33 in 3 s, where the whole program, given 400 s, reached 33.35;
-on Inception-v3 training, 119.84 to 117.13 in 18.5 s.
+Write-up: docs/throughput.md (ip, phase 3: Pairs).
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ PAIR_SECONDS = 5.0  # ... or for at most this long
 
 def improve(w: Workload, cl, assignment: dict[int, str], seconds: float, solver: str = "highs") -> dict[int, str]:
     """A plan with max load at or below ``assignment``'s (the max-load objective; classes
-    from :func:`ip.build_classes`)."""
+    from :func:`..classes.build_classes`)."""
     start = time.perf_counter()
     names = [d.name for d in w.devices]
     cls_dev = cl.devices_of(w, assignment)
