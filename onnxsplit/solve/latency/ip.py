@@ -33,31 +33,23 @@ SERIES_BOUND_SHARE = 0.6  # of the latency IP's time left after the path bound, 
 def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, solver: str = "highs",
                   warm_start: dict[int, str] | None = None, gap: float = 0.01,
                   verbose: bool = False, series_bound: bool = True) -> Plan:
-    """Min single-stream latency with up to ``pieces`` contiguous calls per accelerator.
+    """Min single-stream latency with up to ``pieces`` contiguous calls per accelerator,
+    in phases that share ``time_limit``:
 
-    The paper's latency IP: x[v, s] puts node v in slot s (the CPUs, with unbounded
-    parallelism, or piece p of accelerator d); each piece is convex; a piece starts once
-    every tensor it receives is ready, then computes, receives and sends; a node's finish
-    time is its piece's finish; pieces of one accelerator run one after another.  The
-    big-M is the best latency known beforehand (all on the CPUs, or the warm start), which
-    also caps the objective.  Identical accelerators are ordered by the first node of their
-    first piece; a piece is used only if the one before it is.  The objective starts at
-    the path bound (:func:`segments.latency_lower_bound`), which sees the memory limit
-    forcing layers apart and the branches beside a path where the LP relaxation does
-    not (at most PATH_BOUND_SHARE of the time left); a warm start already within
-    ``gap`` of it is returned without building the program.  Next, with one call per
-    accelerator (and ``series_bound``), the bound composed along the cut vertices
-    (:mod:`seriesbound`, its blocks solved by CP-SAT) gets SERIES_BOUND_SHARE of the time
-    left, and again a warm start it proves within ``gap`` is returned as it is.
+    1. the known plans: all on the CPUs, or the warm start (its latency is the big-M);
+    2. the path bound (:func:`.bounds.latency_lower_bound`, at most PATH_BOUND_SHARE of
+       the time left): it sees the memory limit forcing layers apart, which the LP
+       relaxation does not; a warm start already within ``gap`` of it is returned;
+    3. with one call per accelerator (and ``series_bound``), the bound composed along the
+       cut vertices (:mod:`.bound_series`, SERIES_BOUND_SHARE of the time left): again a
+       warm start it proves is returned as it is;
+    4. the program (:func:`_program`), solved for the time left and read back
+       (:func:`_read_plan`).
     """
     if pieces < 1:
         raise OnnxsplitError("--pieces must be at least 1")
     start_time = time.perf_counter()
-    k, l, n = w.num_accelerators, w.num_cpus, w.n
-    order = list(w.topological_order)
-    pos = {v: i for i, v in enumerate(order)}
-    cost = w.out_cost
-    edges = list(zip(w.edge_src.tolist(), w.edge_dst.tolist()))
+    l = w.num_cpus
 
     if (why := runs_nowhere(w)) is not None:
         return Plan("latency", "ip", "infeasible", None, {}, seconds=time.perf_counter() - start_time,
@@ -70,7 +62,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     # tail bound: lat[v] is its call's finish, which may already include v's successors.)
     head = longest_paths(w, cheapest)[0]
     # the LP relaxation does not see the memory limit forcing layers apart; the best cut
-    # of a few heavy paths does (segments.py), and bounds the objective from below
+    # of a few heavy paths does (bounds.py), and bounds the objective from below
     path_seconds = PATH_BOUND_SHARE * max(0.0, time_limit - (time.perf_counter() - start_time))
     floor = max(float(head.max(initial=0.0)), latency_lower_bound(w, pieces, seconds=path_seconds))
     details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub, "path_bound": floor}
@@ -99,9 +91,29 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
         floor = max(floor, composed or 0.0)
         if (plan := proven_start()) is not None:
             return plan
+    model, x = _program(w, pieces, ub, floor, head, start_plan, solver, gap, verbose)
+    status = optimize(model, max(1.0, time_limit - (time.perf_counter() - start_time)))
+    return _read_plan(w, model, x, status, floor, start_plan, details, time.perf_counter() - start_time)
+
+
+CPU_SLOT = (-1, 0)  # the slot of a node on the CPUs (the latency model's CPUs are one pool)
+
+
+def _program(w: Workload, pieces: int, ub: float, floor: float, head: np.ndarray, start_plan, solver: str,
+             gap: float, verbose: bool):
+    """(the latency program, its x[v, slot] variables): x[v, s] puts node v in slot s (the
+    CPUs, or piece p of accelerator d); each piece convex; a piece starts once every tensor
+    it receives is ready, then computes, receives and sends; pieces of one accelerator run
+    one after another; identical accelerators ordered by their first piece's first node.
+    The big-M is ``ub``, the best latency known; T starts at ``floor``; warm-started from
+    ``start_plan``."""
+    k, l, n = w.num_accelerators, w.num_cpus, w.n
+    pos = {v: i for i, v in enumerate(w.topological_order)}
+    cost = w.out_cost
+    edges = list(zip(w.edge_src.tolist(), w.edge_dst.tolist()))
     model = new_model(solver, gap, verbose)
     slots = [(d, p) for d in range(k) for p in range(pieces)]
-    CPU = (-1, 0)
+    CPU = CPU_SLOT
     x: dict[tuple[int, tuple[int, int]], mip.Var] = {}
     for v in range(n):
         if l > 0:
@@ -181,12 +193,17 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     if start_plan is not None:
         a, pc = start_plan
         model.start = [(var, 1.0 if _slot_of(w, a, pc, v) == s else 0.0) for (v, s), var in x.items()]
-    left = time_limit - (time.perf_counter() - start_time)
-    status = optimize(model, max(1.0, left))
+    return model, x
+
+
+def _read_plan(w: Workload, model, x, status, floor: float, start_plan, details: dict, seconds: float) -> Plan:
+    """The solver's plan, re-scored by the evaluator, with the proven bound; the warm start
+    where the solver kept nothing better (or nothing valid)."""
+    k = w.num_accelerators
+    CPU = CPU_SLOT
     method = "ip"
     bound = finite(model.objective_bound)
     bound = max(bound, floor) if bound is not None else floor
-    seconds = time.perf_counter() - start_time
     assignment: dict[int, str] = {}
     piece_of: dict[int, int] = {}
     if model.num_solutions:

@@ -1,30 +1,11 @@
-"""Integer program for max-load (throughput), on python-mip with HiGHS (CBC selectable).
+"""The throughput integer program (the paper's Section 5) on python-mip, HiGHS by default.
 
-The model follows the paper's IP (Section 5): x[g, d] = 1 when colour class g runs on
-device d; a tensor's transfer cost is paid by an accelerator that holds some but not all
-of {its producer, its consumers} (a hypergraph cut, one y[h, d] per tensor and device);
-every load <= T; minimise T.  Optionally every device's part is convex
-(``contiguous``), and for training the alternative objective max forward load + max
-backward load (``split_passes``).
-
-What makes it tractable on open-source solvers, none of it changing the optimum:
-
-* **presolve** -- colour classes become one variable per device; tensors with the same
-  set of classes (and pass) are one hyperedge; classes that cannot run on accelerators
-  get no accelerator variables;
-* **symmetry** -- identical accelerators (and identical CPU cores) can be renamed at
-  will.  HiGHS finds that symmetry itself and handles it in its search (orbitopes); rows
-  that order the devices (class i may use device d only if device d-1 holds a class
-  before i) hide it from HiGHS and prove far more slowly: op-level BERT-6 inference (3
-  accelerators) 0.10% in 88 s without them, 5.24% after 120 s with them, op-level
-  ResNet-50 training (6) 0.10% in 118 s against 16.0%.  So the rows are added for CBC only;
-* **warm start** -- the DP's plan (or any plan), relabelled into that order;
-* **a packing bound** (``bounds``) as the floor of T, which the LP relaxation cannot
-  see on a few large classes, and a **spreading-metric bound** (``spread``) for the
-  transfers it cannot see either;
-* **a time limit** that returns the best plan found with the solver's proven lower bound.
-
-The plan returned is re-scored by the evaluator; its value is the evaluator's.
+x[g, d] = 1 when colour class g runs on device d; an accelerator pays a tensor's transfer
+when it holds some but not all of its producer and consumers (a hypergraph cut); every
+load <= T; minimise T.  Optionally every part convex (``contiguous``), or for training
+max forward + max backward load (``split_passes``).  :func:`solve_throughput` runs in
+named phases (:class:`_Search`): transfer-free program, pairs, proof, full program.
+Presolve, symmetry (left to HiGHS) and the bounds: docs/throughput.md.
 """
 
 from __future__ import annotations
@@ -49,132 +30,166 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
                      gap: float = 0.001, threads: int | None = None, verbose: bool = False) -> Plan:
     """Min max-load by integer programming; returns the best plan with its proven bound.
 
-    The phases share ``time_limit``.  First (at most TRANSFER_FREE_SHARE of it) the same
-    program without transfers: far smaller, it is often solved outright, and its bound
-    holds for the full program (transfers only add load) -- on layer graphs, whose
-    transfers are small, it is most of the proof (skipped where it cannot prove 1%:
-    :func:`_transfer_free_can_prove`).  Its plan, scored with transfers, is a second warm
-    start.  The better start is improved by re-dividing two devices' classes at a time
-    (:mod:`pairs`, at most PAIRS_SHARE of the time).  Where the transfer-free phase was
-    skipped and the gap is still open, the full program gets a short try (FIRST_TRY_SHARE);
-    if that does not prove the gap, a set-covering LP seeks a certificate that no plan
-    reaches SETPART_GAP below the best (:mod:`setpart`; each accelerator's set pays its own
-    transfers; lower loads where none can come there) on a thread of its own, beside
-    everything that follows and up to the time limit; a spreading-metric LP bounds the
-    transfers every plan pays (:mod:`spread`, at most SPREAD_SHARE), and prefixes and
-    suffixes of the graph are solved for bounds (:mod:`subgraph`, at most PARTS_SHARE): a
-    part is often far easier than the whole and as hard (one whose plan already scores
-    within the bound so far is skipped: it cannot raise it).  Then the full program; the
-    proven bound is the largest of them.
+    The phases share ``time_limit``, each stopping once the gap is proven:
+
+    1. :meth:`_Search.transfer_free` -- the program without transfers (at most
+       TRANSFER_FREE_SHARE): smaller, often solved outright, its bound holds for the full
+       program and its plan is a second start (skipped where it cannot prove 1%).
+    2. :meth:`_Search.pairs` -- the best start re-divided two devices at a time
+       (:mod:`.improve_pairs`, at most PAIRS_SHARE).
+    3. :meth:`_Search.prove` -- where transfers are much of the load: a short try of the
+       full program (FIRST_TRY_SHARE), then a set-covering certificate on a thread of its
+       own (:mod:`.bound_setcover`), a spreading-metric bound (:mod:`.bound_spread`,
+       SPREAD_SHARE) and bounds from parts of the graph (:mod:`.bound_parts`, PARTS_SHARE).
+    4. :meth:`_Search.full_program` -- the full program warm-started from the best plan,
+       for the time left; the proven bound is the largest of all.
     """
-    start = time.perf_counter()
-    cl = build_classes(w)
+    search = _Search(w, time_limit, gap, warm_start, dict(contiguous=contiguous, split_passes=split_passes,
+                                                          solver=solver, threads=threads, verbose=verbose))
+    search.transfer_free()
+    search.pairs()
+    search.prove()
+    return search.full_program()
 
-    def left():
-        return time_limit - (time.perf_counter() - start)
 
-    # a packing bound the LP relaxation cannot see (bounds.py): T starts there
-    floor = packing = _packing_floor(w, cl, split_passes)
-    opts = dict(contiguous=contiguous, split_passes=split_passes, solver=solver, threads=threads,
-                verbose=verbose)
-    best_start, best_value = _scored_start(w, warm_start, contiguous, split_passes)
+class _Search:
+    """The state the phases share: the best plan so far and its value, the floor of T
+    (the best proven bound), the figures for the plan's details."""
 
-    def keep_if_better(candidate):
-        nonlocal best_start, best_value
-        value = _scored_start(w, candidate, contiguous, split_passes)[1]
-        if value < best_value:
-            best_start, best_value = candidate, value
-            if not (split_passes or contiguous):  # offers are scored as plain max-load plans
+    def __init__(self, w: Workload, time_limit: float, gap: float, warm_start, opts: dict):
+        self.began = time.perf_counter()
+        self.w, self.time_limit, self.gap, self.opts = w, time_limit, gap, opts
+        self.contiguous, self.split_passes, self.solver = opts["contiguous"], opts["split_passes"], opts["solver"]
+        self.cl = build_classes(w)
+        # a packing bound the LP relaxation cannot see (bounds.py): T starts there
+        self.floor = self.packing = _packing_floor(w, self.cl, self.split_passes)
+        self.best_start, self.best_value = _scored_start(w, warm_start, self.contiguous, self.split_passes)
+        self.transfer_heavy = not _transfer_free_can_prove(w, self.best_start, self.best_value, gap,
+                                                           self.split_passes)
+        self.details: dict = {}
+        self.full = self.status = self.certificate = None
+
+    def left(self) -> float:
+        return self.time_limit - (time.perf_counter() - self.began)
+
+    def open_gap(self) -> bool:
+        g = gap_of(self.best_value, self.floor)
+        return g is not None and g > self.gap
+
+    def keep_if_better(self, candidate) -> None:
+        value = _scored_start(self.w, candidate, self.contiguous, self.split_passes)[1]
+        if value < self.best_value:
+            self.best_start, self.best_value = candidate, value
+            if not (self.split_passes or self.contiguous):  # offers are scored as plain max-load plans
                 anytime.offer(candidate, "an incumbent of the integer program")
 
-    relaxed_bound = None
-    phase_start = time.perf_counter()
-    transfer_heavy = not _transfer_free_can_prove(w, best_start, best_value, gap, split_passes)
-    if cl.hyper and w.num_accelerators and not transfer_heavy:
-        # no warm start here: on GNMT training HiGHS closed this program in 19 s from
-        # scratch and not in 40 s from the DP's plan
-        relaxed = _ThroughputIP(w, cl, transfers=False, floor=floor, gap=min(gap, TRANSFER_FREE_GAP), **opts)
-        relaxed.optimize(left() * TRANSFER_FREE_SHARE)
-        relaxed_bound = relaxed.bound()
-        if relaxed_bound is not None:
-            floor = max(floor, relaxed_bound)
-        keep_if_better(relaxed.assignment())
-    transfer_free_seconds = time.perf_counter() - phase_start
-    pairs_from = best_value
-    phase_start = time.perf_counter()
-    if best_start is not None and not (contiguous or split_passes):
-        # branch and bound finds good plans slowly on many small classes: re-divide the
-        # most loaded device's classes with one other device at a time (pairs.py)
-        best_start = improve_pairs.improve(w, cl, best_start, time_limit * PAIRS_SHARE, solver)
-        best_value = _scored_start(w, best_start, contiguous, split_passes)[1]
-        anytime.offer(best_start, "the warm start re-divided by pairs")
-    details = {"solver": solver, "objective_form": "max fwd + max bwd" if split_passes else "max load",
-               "classes": cl.n, "hyperedges": len(cl.hyper), "contiguous": contiguous,
-               "transfer_free_bound": relaxed_bound, "transfer_free_seconds": transfer_free_seconds,
-               "pairs": [pairs_from, best_value], "pairs_seconds": time.perf_counter() - phase_start}
-    method = "ip_contiguous" if contiguous else "ip"
-    full = status = certificate = None
-    if transfer_heavy and gap_of(best_value, floor) is not None and gap_of(best_value, floor) > gap:
-        # where transfers are much of the load the relaxations without them say little, and
-        # parts of the graph can be far easier to prove than the whole (subgraph.py); the
-        # full program first gets a short try (op-level BERT: proven in about 2 s)
-        full = _ThroughputIP(w, cl, transfers=True, floor=packing, gap=gap, **opts)
-        full.warm(best_start)
+    def transfer_free(self) -> None:
+        w, cl = self.w, self.cl
+        relaxed_bound = None
+        phase_start = time.perf_counter()
+        if cl.hyper and w.num_accelerators and not self.transfer_heavy:
+            # no warm start here: on GNMT training HiGHS closed this program in 19 s from
+            # scratch and not in 40 s from the DP's plan
+            relaxed = _ThroughputIP(w, cl, transfers=False, floor=self.floor,
+                                    gap=min(self.gap, TRANSFER_FREE_GAP), **self.opts)
+            relaxed.optimize(self.left() * TRANSFER_FREE_SHARE)
+            relaxed_bound = relaxed.bound()
+            if relaxed_bound is not None:
+                self.floor = max(self.floor, relaxed_bound)
+            self.keep_if_better(relaxed.assignment())
+        self.details.update(transfer_free_bound=relaxed_bound,
+                            transfer_free_seconds=time.perf_counter() - phase_start)
+
+    def pairs(self) -> None:
+        pairs_from = self.best_value
+        phase_start = time.perf_counter()
+        if self.best_start is not None and not (self.contiguous or self.split_passes):
+            # branch and bound finds good plans slowly on many small classes: re-divide the
+            # most loaded device's classes with one other device at a time
+            self.best_start = improve_pairs.improve(self.w, self.cl, self.best_start,
+                                                    self.time_limit * PAIRS_SHARE, self.solver)
+            self.best_value = _scored_start(self.w, self.best_start, self.contiguous, self.split_passes)[1]
+            anytime.offer(self.best_start, "the warm start re-divided by pairs")
+        cl = self.cl
+        self.details = {"solver": self.solver, "objective_form": "max fwd + max bwd" if self.split_passes
+                        else "max load", "classes": cl.n, "hyperedges": len(cl.hyper),
+                        "contiguous": self.contiguous, **self.details,
+                        "pairs": [pairs_from, self.best_value], "pairs_seconds": time.perf_counter() - phase_start}
+
+    def prove(self) -> None:
+        """Where transfers are much of the load the relaxations without them say little,
+        and parts of the graph can be far easier to prove than the whole; the full program
+        first gets a short try (op-level BERT: proven in about 2 s)."""
+        if not (self.transfer_heavy and self.open_gap()):
+            return
+        w, cl, details, time_limit = self.w, self.cl, self.details, self.time_limit
+        full = _ThroughputIP(w, cl, transfers=True, floor=self.packing, gap=self.gap, **self.opts)
+        full.warm(self.best_start)
         status = full.optimize(time_limit * FIRST_TRY_SHARE)
-        if status != mip.OptimizationStatus.OPTIMAL:
-            # not proven: keep what it found, then the parts, then the full program afresh
-            floor = max(floor, full.bound() or 0.0)
-            keep_if_better(full.assignment())
-            full = status = None
-            certificate = _start_certificate(w, cl, best_start, best_value, floor, split_passes, left())
-            if not split_passes:
-                # transfers the LP relaxation cannot see: a spreading-metric LP (spread.py)
-                phase_start = time.perf_counter()
-                spreading = bound_spread.spreading_bound(cl, w.num_accelerators, w.num_cpus, floor, best_value,
-                                                   time_limit * SPREAD_SHARE)
-                details["spreading_bound"] = spreading
-                details["spreading_seconds"] = time.perf_counter() - phase_start
-                floor = max(floor, spreading or 0.0)
-            if certificate is not None:
-                floor = max(floor, certificate.bound() or 0.0)
-            if gap_of(best_value, floor) > gap:
-                phase_start = time.perf_counter()
-                part = bound_parts.grown_part_bounds(
-                    w, best_start, time_limit * PARTS_SHARE, best_value * (1 - gap),
-                    lambda sub, sub_start, seconds: _part_bound(sub, sub_start, seconds, gap, opts, floor))
-                details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
-                floor = max(floor, part) if part is not None else floor
-            if certificate is not None:
-                floor = max(floor, certificate.bound() or 0.0)
-    if best_start is not None and gap_of(best_value, floor) is not None and gap_of(best_value, floor) <= gap:
-        # the transfer-free, the spreading, the certificate or a part's bound already proves
-        # the best start within the gap
-        floor = _end_certificate(certificate, floor, details, cancel=True)
-        return _throughput_plan(w, best_start, best_value, floor, contiguous, split_passes, True,
-                                method, time.perf_counter() - start, details)
-    # T's floor in the full program stays the packing bound: the transfer-free bound there
-    # left the bound where it was and the plans worse (ResNet-50 inference, 80 s: 33.58
-    # against 33.47); it joins the proven bound at the end instead
-    if full is None:
-        full = _ThroughputIP(w, cl, transfers=True, floor=packing, gap=gap, **opts)
-        if best_start is not None:
-            full.warm(best_start)
-        status = full.optimize(max(1.0, left()))
-    floor = _end_certificate(certificate, floor, details, cancel=status == mip.OptimizationStatus.OPTIMAL)
-    seconds = time.perf_counter() - start
-    details["ip_objective"] = full.model.objective_value if full.model.num_solutions else None
-    assignment = full.assignment()
-    if assignment is None:
-        assignment = best_start
-    if assignment is None:
-        st = "infeasible" if status == mip.OptimizationStatus.INFEASIBLE else "time_limit"
-        return Plan("throughput", method, st, None, {}, lower_bound=full.bound(), seconds=seconds, details=details)
-    value = _scored_start(w, assignment, contiguous, split_passes)[1]
-    if value > best_value:  # the solver's incumbent is never worse than its start; be safe
-        assignment, value = best_start, best_value
-    lb = max(full.bound() or 0.0, floor)
-    return _throughput_plan(w, assignment, value, lb, contiguous, split_passes,
-                            status == mip.OptimizationStatus.OPTIMAL, method, seconds, details)
+        if status == mip.OptimizationStatus.OPTIMAL:
+            self.full, self.status = full, status
+            return
+        # not proven: keep what it found, then the bounds, then the full program afresh
+        self.floor = max(self.floor, full.bound() or 0.0)
+        self.keep_if_better(full.assignment())
+        self.certificate = certificate = _start_certificate(w, cl, self.best_start, self.best_value, self.floor,
+                                                            self.split_passes, self.left())
+        if not self.split_passes:
+            # transfers the LP relaxation cannot see: a spreading-metric LP
+            phase_start = time.perf_counter()
+            spreading = bound_spread.spreading_bound(cl, w.num_accelerators, w.num_cpus, self.floor,
+                                                     self.best_value, time_limit * SPREAD_SHARE)
+            details["spreading_bound"] = spreading
+            details["spreading_seconds"] = time.perf_counter() - phase_start
+            self.floor = max(self.floor, spreading or 0.0)
+        if certificate is not None:
+            self.floor = max(self.floor, certificate.bound() or 0.0)
+        if gap_of(self.best_value, self.floor) > self.gap:
+            phase_start = time.perf_counter()
+            floor = self.floor
+            part = bound_parts.grown_part_bounds(
+                w, self.best_start, time_limit * PARTS_SHARE, self.best_value * (1 - self.gap),
+                lambda sub, sub_start, seconds: _part_bound(sub, sub_start, seconds, self.gap, self.opts, floor))
+            details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
+            self.floor = max(self.floor, part) if part is not None else self.floor
+        if certificate is not None:
+            self.floor = max(self.floor, certificate.bound() or 0.0)
+
+    def full_program(self) -> Plan:
+        w, details = self.w, self.details
+        contiguous, split_passes = self.contiguous, self.split_passes
+        method = "ip_contiguous" if contiguous else "ip"
+        if self.best_start is not None and not self.open_gap() and gap_of(self.best_value, self.floor) is not None:
+            # the transfer-free, the spreading, the certificate or a part's bound already
+            # proves the best start within the gap
+            floor = _end_certificate(self.certificate, self.floor, details, cancel=True)
+            return _throughput_plan(w, self.best_start, self.best_value, floor, contiguous, split_passes, True,
+                                    method, time.perf_counter() - self.began, details)
+        # T's floor in the full program stays the packing bound: the transfer-free bound there
+        # left the bound where it was and the plans worse (ResNet-50 inference, 80 s: 33.58
+        # against 33.47); it joins the proven bound at the end instead
+        full, status = self.full, self.status
+        if full is None:
+            full = _ThroughputIP(w, self.cl, transfers=True, floor=self.packing, gap=self.gap, **self.opts)
+            if self.best_start is not None:
+                full.warm(self.best_start)
+            status = full.optimize(max(1.0, self.left()))
+        floor = _end_certificate(self.certificate, self.floor, details,
+                                 cancel=status == mip.OptimizationStatus.OPTIMAL)
+        seconds = time.perf_counter() - self.began
+        details["ip_objective"] = full.model.objective_value if full.model.num_solutions else None
+        assignment = full.assignment()
+        if assignment is None:
+            assignment = self.best_start
+        if assignment is None:
+            st = "infeasible" if status == mip.OptimizationStatus.INFEASIBLE else "time_limit"
+            return Plan("throughput", method, st, None, {}, lower_bound=full.bound(), seconds=seconds, details=details)
+        value = _scored_start(w, assignment, contiguous, split_passes)[1]
+        if value > self.best_value:  # the solver's incumbent is never worse than its start; be safe
+            assignment, value = self.best_start, self.best_value
+        lb = max(full.bound() or 0.0, floor)
+        return _throughput_plan(w, assignment, value, lb, contiguous, split_passes,
+                                status == mip.OptimizationStatus.OPTIMAL, method, seconds, details)
 
 
 def _start_certificate(w: Workload, cl: Classes, start: dict[int, str] | None, value: float, floor: float,
