@@ -1,14 +1,14 @@
 """Time every node inside whole-model runs, with onnxruntime's own profiler.
 
 A node timed alone (``measure``) starts with its weights in cache and no neighbours to
-evict them, so on short inputs its time undershoots what it costs inside the model (the
-nodes of BERT-base at sequence 32 summed to 0.84-0.91x the whole model).  Here the model
+evict them, so on short inputs its time undershoots what it costs inside the model
+(``python tools/bench_profile.py`` prints the sums against the whole).  Here the model
 runs whole, in a session like the runner's (one intra-op thread, graph optimisations off),
 with onnxruntime's profiler on: with optimisations off every node keeps its name and
 reports one ``<name>_kernel_time`` event per run, timed in the same cache state as when
 the model (or a part of it) runs for real.
 
-The profiler has a cost of its own, paid inside each event (about 2.5 us here, whatever
+The profiler has a cost of its own, paid inside each event (a few microseconds, whatever
 the node does): :func:`profiler_cost` measures it as a trivial node's event less what that
 node costs in an unprofiled graph, and it is taken off every node.  Events are whole
 microseconds, so a node's typical time is the mean of its middle half of samples rather

@@ -1,9 +1,8 @@
 """Time every node of a model alone, on one execution provider.
 
 Used on accelerators, for small models, and for nodes the in-graph profiler (``ingraph``)
-reports nothing for.  Per-node times add up to 0.88-0.95x the whole model on BERT-base,
-GPT-2 and ViT at sequence 32 and 128 (tools/bench_profile.py): a node alone keeps its
-weights in cache.  The method:
+reports nothing for.  A node alone keeps its weights in cache, so per-node times add up
+to a little under the whole model (``python tools/bench_profile.py`` prints by how much).  The method:
 
 1. Run the whole model once on the CPU with every intermediate tensor as an output, so
    that every node has real input values (:func:`reference_values`).

@@ -1,38 +1,10 @@
 """Profiles and the JSON file that caches them.
 
 A profile file holds any number of *entries*, each the per-node timings of one model
-(identified by a hash of its graph without weight data, plus the input shapes it was bound
-to) on one device (execution provider, hardware, threads per node).  So one file can carry
-a model's timings from a GPU server and from a laptop; looking up (model, device) is a
-cache hit that runs nothing.
-
-File format (``"format": "onnxsplit-profile"``, ``"version": 1``)::
-
-    {"format": "onnxsplit-profile", "version": 1, "entries": [
-      {"model": {"hash": "...", "input_shapes": {"input_ids": [1, 128]}, "path": "...",
-                 "nodes": 543},
-       "device": {"key": "CPUExecutionProvider|AMD EPYC|threads=1",
-                  "execution_provider": "CPUExecutionProvider", "hardware": "AMD EPYC",
-                  "threads": 1, "host": "...", "onnxruntime": "1.31.1"},
-       "settings": {"repeats": 10, "warmup": 2, "grouped": true},
-       "measured_at": "2026-01-01T00:00:00Z", "seconds": 9.5,
-       "call_overhead_ms": 0.0024, "node_overhead_ms": 0.0006,
-       "whole_model_ms": {"median": 301.2, "p10": 298.0, "p90": 310.5, "runs": 10},
-       "nodes": {"<ONNX node name>": {"op_type": "MatMul", "supported": true,
-                 "median_ms": 2.51, "p10_ms": 2.49, "p90_ms": 2.60,
-                 "same_as": "<node timed in its place>", "error": "..."}}}]}
-
-Times are milliseconds.  ``settings.method`` says how the nodes were timed: ``in_graph``
-(inside whole-model runs, by onnxruntime's profiler, less its cost per event,
-``settings.profiler_cost_ms``; ``median_ms`` is then the mean of the middle half of the
-samples, as the profiler reports whole microseconds) or ``alone`` (a node's time is its
-single-node model's run time less the measured cost of one empty ``run`` call,
-``call_overhead_ms``, plus the cost one more node adds inside a graph,
-``node_overhead_ms``, so that per-node times add up to whole-model time even for tiny
-operators).  ``supported`` is false where the EP cannot run the node
-(session creation fails or the node falls back to another EP); its times are then null.
-``same_as`` names the node whose identical single-node model was timed instead (grouped
-profiling), ``error`` why a node could not be timed alone.
+(keyed by a hash of its graph without weight data, its bound input shapes and fills) on
+one device (execution provider, hardware, threads).  So one file can carry a model's
+timings from a GPU server and from a laptop, and looking up (model, device) is a cache
+hit that runs nothing.  The file format, field by field: docs/machine.md ("Profile files").
 """
 
 from __future__ import annotations
