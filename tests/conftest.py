@@ -63,7 +63,7 @@ SLOW = frozenset({
     "test_an_interrupted_write_leaves_no_plan_file",
     "test_a_method_that_overruns_before_any_plan_falls_back_to_the_model_whole",
     "test_a_method_that_overruns_returns_the_best_plan_it_offered",
-    # test_series.py / test_seriesbound.py: latency MIPs on chains of modules (0.5 - 14 s a case)
+    # test_series.py / test_bound_series.py: latency MIPs on chains of modules (0.5 - 14 s a case)
     "test_series_beats_the_sequence_split_on_inception",
     "test_some_calls_reach_into_a_block",
     "test_series_plan_is_valid_and_its_composed_latency_is_exact",
@@ -81,7 +81,7 @@ SLOW = frozenset({
     "test_pins_keep_matching_operators_on_the_cpu",
     "test_python_api_split_then_run",
     "test_compare_lists_every_method_against_one_bound",
-    # test_callcut.py: waits past a deadline
+    # test_call_times.py: waits past a deadline
     "test_past_its_deadline_it_claims_nothing",
     # test_cpsat.py: CP-SAT workers and HiGHS side by side
     "test_threads_share_the_workers_beside_highs",

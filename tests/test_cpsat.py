@@ -14,7 +14,7 @@ from onnxsplit.errors import OnnxsplitError, SolveError
 from onnxsplit.solve import evaluate
 from onnxsplit.solve.latency import cpsat
 from onnxsplit.workload import Workload
-from test_segments import _brute_min
+from test_latency_dp import _brute_min
 from test_series import _modules
 
 

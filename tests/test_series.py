@@ -20,7 +20,7 @@ from onnxsplit.solve.latency import blocks
 from onnxsplit.solve.latency import dp as latency_dp
 from onnxsplit.solve.latency import series
 from onnxsplit.workload import Workload
-from test_segments import _brute_min, _chain
+from test_latency_dp import _brute_min, _chain
 from workloads import edge, node, workload
 
 

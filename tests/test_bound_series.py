@@ -10,7 +10,7 @@ import pytest
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
 from onnxsplit.solve.latency import bound_series
 from onnxsplit.workload import Workload
-from test_segments import _brute_min, _chain
+from test_latency_dp import _brute_min, _chain
 from test_series import _modules
 from workloads import edge, node, workload
 
