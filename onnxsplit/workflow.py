@@ -84,19 +84,20 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     their memory together, and (``as_run``) measure the whole model as users run it.
     ``narrate``: say each step on stderr (the main command does; a measurement's progress
     shows unless ``quiet``)."""
+    silent = quiet or not narrate
     seconds = {}
     cluster = Cluster.from_file(devices) if devices else Cluster.detect()
     acc = choose_accelerator(cluster, accelerator)
     t = time.perf_counter()
-    _say(quiet or not narrate, f"importing {model}")
+    _say(silent, f"importing {model}")
     graph = OpGraph.from_onnx(model, input_shapes, check_runtime=True, input_fills=input_fills)
     seconds["import"] = time.perf_counter() - t
     t = time.perf_counter()
     known, cache, measured = ensure_profiled(
         graph, providers_needed(cluster, acc), cache=profile, repeats=repeats, quiet=quiet,
-        on_measure=lambda eps: _say(quiet or not narrate, f"profiling {len(graph.nodes)} operators on {', '.join(eps)}"))
+        on_measure=lambda eps: _say(silent, f"profiling {len(graph.nodes)} operators on {', '.join(eps)}"))
     if not measured:
-        _say(quiet or not narrate, f"profile: cached in {cache}")
+        _say(silent, f"profile: cached in {cache}")
     seconds["profile"] = time.perf_counter() - t
     workload = build_workload(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
                               activations=activations)

@@ -174,6 +174,21 @@ class ClassGraph:
         return len(self.acc)
 
 
+def tensor_hyperedges(w: Workload, label: np.ndarray) -> list[tuple[tuple[int, ...], float]]:
+    """Each tensor as a hyperedge over the labels (classes, DP items) of its producer and
+    consumers, with its transfer cost: tensors over the same labels merged (first seen
+    first), those within one label or costing nothing left out."""
+    members: dict[int, set[int]] = {}
+    for s, d in zip(w.edge_src, w.edge_dst):
+        members.setdefault(int(s), {int(label[s])}).add(int(label[d]))
+    weight_of: dict[tuple[int, ...], float] = {}
+    for u, labels in members.items():
+        if len(labels) > 1 and w.out_cost[u] > 0:
+            key = tuple(sorted(labels))
+            weight_of[key] = weight_of.get(key, 0.0) + float(w.out_cost[u])
+    return list(weight_of.items())
+
+
 def class_graph(workload: Workload) -> ClassGraph:
     w = workload
     label = w.color_class
@@ -182,15 +197,7 @@ def class_graph(workload: Workload) -> ClassGraph:
     def per_class(values: np.ndarray) -> np.ndarray:
         return np.bincount(label, weights=values, minlength=nc)
 
-    members: dict[int, set[int]] = {}
-    for s, d in zip(w.edge_src, w.edge_dst):
-        members.setdefault(int(s), {int(label[s])}).add(int(label[d]))
-    weight_of: dict[tuple[int, ...], float] = {}
-    for u, cls in members.items():
-        if len(cls) > 1 and w.out_cost[u] > 0:
-            key = tuple(sorted(cls))
-            weight_of[key] = weight_of.get(key, 0.0) + float(w.out_cost[u])
-    hyper = list(weight_of.items())
+    hyper = tensor_hyperedges(w, label)
     incid: list[list[int]] = [[] for _ in range(nc)]
     for h, (cls, _) in enumerate(hyper):
         for c in cls:

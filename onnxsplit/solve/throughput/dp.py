@@ -30,6 +30,7 @@ from ...errors import SolveError, TooManyIdeals
 from ...plan import Plan, gap_of
 from ...workload import Workload
 from .. import anytime, evaluate, preprocess
+from ..classes import tensor_hyperedges
 from . import lattice
 from .bounds import max_load_lower_bound
 
@@ -94,15 +95,7 @@ def build_instance(workload: Workload, like_reference: bool = False) -> DPInstan
     # hyperedges: each original tensor u touches the items of u and of its consumers
     w = workload
     item_of_node = item_of_super[c.group]
-    members: dict[int, set[int]] = {}
-    for s, d in zip(w.edge_src, w.edge_dst):
-        members.setdefault(int(s), {int(item_of_node[s])}).add(int(item_of_node[d]))
-    weight_of: dict[tuple[int, ...], float] = {}
-    for u, items in members.items():
-        if len(items) > 1 and w.out_cost[u] > 0:
-            key = tuple(sorted(items))
-            weight_of[key] = weight_of.get(key, 0.0) + float(w.out_cost[u])
-    hyper = list(weight_of.items())
+    hyper = tensor_hyperedges(w, item_of_node)
     incid: list[list[int]] = [[] for _ in fwd]
     for h, (items, _) in enumerate(hyper):
         for it in items:
