@@ -5,9 +5,12 @@ accelerator, a memory size, an accelerator-support flag, a forward/backward flag
 optional colour class (nodes of one class must share a device); every edge ``u -> w``
 carries the transfer cost ``c(u)`` of u's outputs.  Devices are ``k`` identical
 accelerators with memory ``M`` each (``acc0`` ..) and ``l`` CPU cores (``cpu0`` ..)
-without a memory limit.  The reader/writer round-trips the format of Tarnawski et al.'s
-code package exactly (``../shared/paper-workloads/FORMAT.md``: unknown keys kept, flags
-spelled as read).  Solvers see only this object, never ONNX.
+without a memory limit: the paper's model.  Real servers add further accelerator classes
+(:class:`AcceleratorClass`, a latency per node each) and links that price a transfer by
+the route it takes (:class:`Link`); the paper's model is the case without them.  The
+reader/writer round-trips the format of Tarnawski et al.'s code package exactly
+(``../shared/paper-workloads/FORMAT.md``: unknown keys kept, flags spelled as read).
+Solvers see only this object, never ONNX.
 
 Write-up: docs/README.md (The model the solvers optimise).
 """
@@ -29,7 +32,9 @@ from .files import write_atomic
 _NODE_KEYS = ("id", "supportedOnFpga", "cpuLatency", "fpgaLatency", "isBackwardNode")
 _EDGE_KEYS = ("sourceId", "destId", "cost")
 _TOP_KEYS = ("maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges")
-_MODELLED_NODE_KEYS = set(_NODE_KEYS) | {"colorClass", "size", "name"}
+_CLASS_KEYS, _LINK_KEYS = "acceleratorClasses", "links"  # the extension for real servers
+_MODELLED_NODE_KEYS = set(_NODE_KEYS) | {"colorClass", "size", "name", "latencies"}
+PAPER_CLASS, CPU_CLASS = "acc", "cpu"  # the paper's accelerator class, and the host's cores
 _MODELLED_EDGE_KEYS = set(_EDGE_KEYS)
 
 
@@ -46,6 +51,8 @@ class Node:
     extra: dict = field(default_factory=dict, compare=False)
     # how the file spelled supportedOnFpga / isBackwardNode: True = 0/1, False = true/false
     int_flags: tuple[bool, bool] = field(default=(True, True), compare=False)
+    # latency on each further accelerator class, by class name; a class absent cannot run it
+    latencies: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,45 @@ class Edge:
     dest: int
     cost: float
     extra: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class AcceleratorClass:
+    """A further kind of accelerator beside the paper's ``acc`` (an L4 beside an A100, an
+    NPU beside a GPU): ``count`` devices of ``memory`` bytes each, named ``{name}{i}``
+    (``{name}_{i}`` where the name ends in a digit); a node's latency on it is in the
+    node's ``latencies``."""
+
+    name: str
+    count: int
+    memory: float
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def device_name(self, i: int) -> str:
+        return f"{self.name}_{i}" if self.name[-1:].isdigit() else f"{self.name}{i}"
+
+
+@dataclass(frozen=True)
+class Link:
+    """How a transfer between two classes is priced: ``latency + scale * c(u)`` seconds.
+
+    Between an accelerator class and ``cpu``: its host link (staged transfers go through
+    host memory; without one, scale 1 and latency 0, the paper's ``c(u)``).  Between two
+    accelerator classes (or a class and itself, between two of its devices): a direct peer
+    link, which a transfer between them takes instead of staging through the host."""
+
+    a: str
+    b: str
+    scale: float = 1.0
+    latency: float = 0.0
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def peer(self) -> bool:
+        return CPU_CLASS not in (self.a, self.b)
+
+    def to_json(self) -> dict:
+        return {"between": [self.a, self.b], "scale": self.scale, "latency": self.latency, **self.extra}
 
 
 MOST_DEVICES = 1024  # of each kind, or one per node where there are more nodes
@@ -76,6 +122,8 @@ class Workload:
     num_cpus: int
     accelerator_memory: float
     extra: dict = field(default_factory=dict, compare=False)
+    accelerator_classes: tuple[AcceleratorClass, ...] = ()
+    links: tuple[Link, ...] = ()
 
     # ---- construction -------------------------------------------------------------
     def __post_init__(self):
@@ -90,6 +138,9 @@ class Workload:
         for name in ("num_accelerators", "num_cpus"):
             if getattr(self, name) > most:
                 object.__setattr__(self, name, most)
+        if any(c.count > most for c in self.accelerator_classes):
+            object.__setattr__(self, "accelerator_classes", tuple(
+                AcceleratorClass(c.name, min(c.count, most), c.memory, c.extra) for c in self.accelerator_classes))
 
     @classmethod
     def from_paper_json(cls, source: str | Path | dict) -> "Workload":
@@ -132,6 +183,8 @@ class Workload:
                 d["colorClass"] = n.color_class
             if n.size is not None:
                 d["size"] = n.size
+            if n.latencies:
+                d["latencies"] = dict(n.latencies)
             d.update(n.extra)
             nodes.append(d)
         edges = []
@@ -146,6 +199,11 @@ class Workload:
             "nodes": nodes,
             "edges": edges,
         }
+        if self.accelerator_classes:
+            out[_CLASS_KEYS] = [{"name": c.name, "count": c.count, "memory": c.memory, **c.extra}
+                                for c in self.accelerator_classes]
+        if self.links:
+            out[_LINK_KEYS] = [lk.to_json() for lk in self.links]
         out.update(self.extra)
         return out
 
@@ -172,15 +230,25 @@ class Workload:
         out: list[str] = []
         if self.num_accelerators < 0 or self.num_cpus < 0:
             out.append("maxFPGAs and maxCPUs must be >= 0")
-        if self.num_accelerators + self.num_cpus == 0:
-            out.append("no devices: maxFPGAs + maxCPUs is 0")
+        if self.num_accelerators + self.num_cpus + sum(
+                c.count for c in self.accelerator_classes if isinstance(c.count, int)) == 0:
+            out.append("no devices: maxFPGAs + maxCPUs is 0" + (" and no accelerator class has any"
+                                                               if self.accelerator_classes else ""))
         if not _finite_nonneg(self.accelerator_memory):
             out.append(f"maxSizePerFPGA must be a finite number >= 0, got {self.accelerator_memory!r}")
+        out += self._class_problems()
+        known = {c.name for c in self.accelerator_classes}
         seen: set[int] = set()
         for n in self.nodes:
             if n.id in seen:
                 out.append(f"node {n.id}: duplicate id")
             seen.add(n.id)
+            for cls, value in n.latencies:
+                if cls not in known:
+                    out.append(f"node {n.id}: latency on unknown accelerator class '{cls}' "
+                               f"(classes: {', '.join(sorted(known)) or 'none'})")
+                elif not _finite_nonneg(value):
+                    out.append(f"node {n.id}: latency on '{cls}' must be a finite number >= 0, got {value!r}")
             for label, value in (("cpuLatency", n.cpu_latency), ("fpgaLatency", n.acc_latency),
                                  ("size", n.size or 0.0)):
                 if not _finite_nonneg(value):
@@ -209,19 +277,138 @@ class Workload:
                 out.append("the graph has a cycle: " + " -> ".join(map(str, cycle + cycle[:1])))
         return out
 
+    def _class_problems(self) -> list[str]:
+        out: list[str] = []
+        names = [PAPER_CLASS]
+        for c in self.accelerator_classes:
+            where = f"accelerator class '{c.name}'"
+            if not isinstance(c.name, str) or not c.name.isidentifier():
+                out.append(f"{where}: a name is letters, digits and '_', not starting with a digit")
+            elif c.name in names or c.name == CPU_CLASS:
+                out.append(f"{where}: the name is taken ({', '.join(names + [CPU_CLASS])} exist)")
+            names.append(c.name)
+            if isinstance(c.count, bool) or not isinstance(c.count, int) or c.count < 0:
+                out.append(f"{where}: count must be an integer >= 0, got {c.count!r}")
+            if not _finite_nonneg(c.memory):
+                out.append(f"{where}: memory must be a finite number >= 0, got {c.memory!r}")
+        pairs: set[frozenset] = set()
+        for lk in self.links:
+            where = f"link {lk.a}-{lk.b}"
+            for end in (lk.a, lk.b):
+                if end not in names and end != CPU_CLASS:
+                    out.append(f"{where}: unknown class '{end}' (classes: {', '.join(names + [CPU_CLASS])})")
+            if lk.a == lk.b == CPU_CLASS:
+                out.append(f"{where}: CPU cores share memory; there is no link to price")
+            if frozenset((lk.a, lk.b)) in pairs:
+                out.append(f"{where}: given twice")
+            pairs.add(frozenset((lk.a, lk.b)))
+            for label, value in (("scale", lk.scale), ("latency", lk.latency)):
+                if not _finite_nonneg(value):
+                    out.append(f"{where}: {label} must be a finite number >= 0, got {value!r}")
+        return out
+
     # ---- devices ------------------------------------------------------------------------
+    @property
+    def multi_class(self) -> bool:
+        """Beyond the paper's model: further accelerator classes, or links pricing transfers."""
+        return bool(self.accelerator_classes or self.links)
+
+    @cached_property
+    def class_names(self) -> tuple[str, ...]:
+        """Accelerator classes, the paper's ``acc`` first."""
+        return (PAPER_CLASS,) + tuple(c.name for c in self.accelerator_classes)
+
+    @cached_property
+    def class_counts(self) -> tuple[int, ...]:
+        return (self.num_accelerators,) + tuple(c.count for c in self.accelerator_classes)
+
+    @cached_property
+    def class_memory(self) -> np.ndarray:
+        return np.array([self.accelerator_memory] + [c.memory for c in self.accelerator_classes], dtype=np.float64)
+
+    @property
+    def accelerators_total(self) -> int:
+        """Accelerator devices of every class: device indices below it are accelerators."""
+        return sum(self.class_counts)
+
     @cached_property
     def devices(self) -> tuple[Device, ...]:
         accs = [Device(f"acc{i}", "acc", i) for i in range(self.num_accelerators)]
-        cpus = [Device(f"cpu{i}", "cpu", self.num_accelerators + i) for i in range(self.num_cpus)]
+        for c in self.accelerator_classes:
+            accs += [Device(c.device_name(i), "acc", len(accs) + i) for i in range(c.count)]
+        cpus = [Device(f"cpu{i}", "cpu", len(accs) + i) for i in range(self.num_cpus)]
         return tuple(accs + cpus)
 
     @cached_property
     def device_index(self) -> dict[str, int]:
         return {d.name: d.index for d in self.devices}
 
+    @cached_property
+    def device_class(self) -> np.ndarray:
+        """device index -> accelerator class index (0 is ``acc``), -1 for CPU cores."""
+        return np.array([c for c, count in enumerate(self.class_counts) for _ in range(count)]
+                        + [-1] * self.num_cpus, dtype=np.int64)
+
     def is_accelerator(self, device_index: int) -> bool:
-        return device_index < self.num_accelerators
+        return device_index < self.accelerators_total
+
+    @cached_property
+    def class_latency(self) -> np.ndarray:
+        """(class, node) -> latency on that accelerator class (0 where it cannot run)."""
+        out = np.zeros((len(self.class_names), self.n))
+        out[0] = self.acc_latency
+        col = {name: c for c, name in enumerate(self.class_names)}
+        for i, nd in enumerate(self.nodes):
+            for name, value in nd.latencies:
+                out[col[name], i] = value
+        return out
+
+    @cached_property
+    def class_supported(self) -> np.ndarray:
+        """(class, node) -> can that accelerator class run the node."""
+        out = np.zeros((len(self.class_names), self.n), dtype=bool)
+        out[0] = self.supported
+        col = {name: c for c, name in enumerate(self.class_names)}
+        for i, nd in enumerate(self.nodes):
+            for name, _ in nd.latencies:
+                out[col[name], i] = True
+        return out
+
+    def device_latency(self, device_index: int) -> np.ndarray:
+        """Each node's latency on one device (CPU cores: ``cpu_latency``)."""
+        c = int(self.device_class[device_index])
+        return self.cpu_latency if c < 0 else self.class_latency[c]
+
+    @cached_property
+    def host_links(self) -> np.ndarray:
+        """(class, 2) -> (scale, latency) of each accelerator class's link to host memory."""
+        out = np.array([[1.0, 0.0]] * len(self.class_names))
+        col = {name: c for c, name in enumerate(self.class_names)}
+        for lk in self.links:
+            if not lk.peer:
+                out[col[lk.a if lk.b == CPU_CLASS else lk.b]] = (lk.scale, lk.latency)
+        return out
+
+    @cached_property
+    def peer_links(self) -> dict[tuple[int, int], tuple[float, float]]:
+        """(class, class) -> (scale, latency) of the direct links, both ways."""
+        col = {name: c for c, name in enumerate(self.class_names)}
+        out = {}
+        for lk in self.links:
+            if lk.peer:
+                out[col[lk.a], col[lk.b]] = out[col[lk.b], col[lk.a]] = (lk.scale, lk.latency)
+        return out
+
+    def staged_cost(self, cls: int, u) -> float | np.ndarray:
+        """Seconds an accelerator of class ``cls`` spends moving tensor(s) ``u`` to or from host memory."""
+        scale, lat = self.host_links[cls]
+        return lat + scale * self.out_cost[u]
+
+    def peer_cost(self, a: int, b: int, u) -> float | np.ndarray | None:
+        """Seconds a direct copy of tensor(s) ``u`` between classes ``a`` and ``b`` takes at
+        each end; None where they have no direct link."""
+        link = self.peer_links.get((a, b))
+        return None if link is None else link[1] + link[0] * self.out_cost[u]
 
     # ---- derived arrays (indices 0..n-1 follow self.nodes) -------------------------------
     @property
@@ -373,6 +560,9 @@ def _parse(data: Any) -> Workload:
         if cc is not None:
             cc = _integer(raw, "colorClass", where)
         size = _number(raw, "size", where) if "size" in raw else None
+        more = raw.get("latencies", {})
+        if not isinstance(more, dict):
+            raise WorkloadError(f"{where}: 'latencies' must be an object (class name -> latency)")
         nodes.append(Node(
             id=nid,
             cpu_latency=_number(raw, "cpuLatency", where),
@@ -384,6 +574,7 @@ def _parse(data: Any) -> Workload:
             name=raw.get("name"),
             extra={k: v for k, v in raw.items() if k not in _MODELLED_NODE_KEYS},
             int_flags=(a, b),
+            latencies=tuple((str(k), _number(more, k, where + " latencies")) for k in more),
         ))
     edges = []
     for pos, raw in enumerate(data["edges"]):
@@ -400,8 +591,44 @@ def _parse(data: Any) -> Workload:
         num_accelerators=_integer(data, "maxFPGAs", "workload"),
         num_cpus=_integer(data, "maxCPUs", "workload"),
         accelerator_memory=_number(data, "maxSizePerFPGA", "workload"),
-        extra={k: v for k, v in data.items() if k not in _TOP_KEYS},
+        extra={k: v for k, v in data.items() if k not in _TOP_KEYS + (_CLASS_KEYS, _LINK_KEYS)},
+        accelerator_classes=_parse_classes(data.get(_CLASS_KEYS, [])),
+        links=_parse_links(data.get(_LINK_KEYS, [])),
     )
+
+
+def _parse_classes(raw: Any) -> tuple[AcceleratorClass, ...]:
+    if not isinstance(raw, list):
+        raise WorkloadError(f"'{_CLASS_KEYS}' must be a list")
+    out = []
+    for pos, c in enumerate(raw):
+        where = f"{_CLASS_KEYS} #{pos}"
+        if not isinstance(c, dict):
+            raise WorkloadError(f"{where}: must be an object")
+        name = _need(c, "name", where)
+        if not isinstance(name, str):
+            raise WorkloadError(f"{where}: 'name' must be a string")
+        out.append(AcceleratorClass(name, _integer(c, "count", f"accelerator class '{name}'"),
+                                    _number(c, "memory", f"accelerator class '{name}'"),
+                                    {k: v for k, v in c.items() if k not in ("name", "count", "memory")}))
+    return tuple(out)
+
+
+def _parse_links(raw: Any) -> tuple[Link, ...]:
+    if not isinstance(raw, list):
+        raise WorkloadError(f"'{_LINK_KEYS}' must be a list")
+    out = []
+    for pos, lk in enumerate(raw):
+        where = f"{_LINK_KEYS} #{pos}"
+        if not isinstance(lk, dict):
+            raise WorkloadError(f"{where}: must be an object")
+        ends = _need(lk, "between", where)
+        if not (isinstance(ends, list) and len(ends) == 2 and all(isinstance(x, str) for x in ends)):
+            raise WorkloadError(f"{where}: 'between' must name two classes, e.g. [\"acc\", \"cpu\"]")
+        out.append(Link(ends[0], ends[1], _number(lk, "scale", where, default=1.0),
+                        _number(lk, "latency", where, default=0.0),
+                        {k: v for k, v in lk.items() if k not in ("between", "scale", "latency")}))
+    return tuple(out)
 
 
 def topological_sort(n: int, succ: Iterable[Iterable[int]]) -> list[int] | None:

@@ -16,7 +16,11 @@ it is an independent judge of ``onnxsplit.solve.evaluate`` and ``onnxsplit.solve
   CPU cores among themselves): all objectives and constraints are symmetric under that.
 * :func:`brute_min_max_load` -- the minimum max-load over those assignments, optionally
   only over chain-of-ideals splits.
-* :func:`random_workload` -- a seeded generator of small inference/training workloads.
+* :func:`random_workload` -- a seeded generator of small inference/training workloads;
+  :func:`random_multi_class` adds further accelerator classes, host links and peer links
+  (the extended format: a transfer staged through host memory costs the sender its host
+  link once per tensor and each receiving accelerator its own; a peer link between two
+  accelerator classes is taken instead, each end paying it, once per receiving device).
 """
 
 from __future__ import annotations
@@ -49,10 +53,51 @@ class G:
     k: int
     l: int
     M: float
+    # further accelerator classes: (name, count, memory); their latencies (None: cannot run)
+    more: list = None
+    lat: dict = None  # class name -> {id: latency or None}
+    host: dict = None  # class name -> (scale, latency)
+    peer: dict = None  # (class, class) -> (scale, latency), both orders
 
-    @property
+    @cached_property
     def devices(self) -> list[str]:
-        return [f"acc{i}" for i in range(self.k)] + [f"cpu{i}" for i in range(self.l)]
+        out = [f"acc{i}" for i in range(self.k)]
+        for name, count, _ in self.more:
+            out += [f"{name}_{i}" if name[-1].isdigit() else f"{name}{i}" for i in range(count)]
+        return out + [f"cpu{i}" for i in range(self.l)]
+
+    @cached_property
+    def dclass(self) -> dict:
+        """device -> its accelerator class name, None for CPU cores."""
+        out = {f"acc{i}": "acc" for i in range(self.k)}
+        for name, count, _ in self.more:
+            for i in range(count):
+                out[f"{name}_{i}" if name[-1].isdigit() else f"{name}{i}"] = name
+        return {d: out.get(d) for d in self.devices}
+
+    def memory(self, cls: str) -> float:
+        return self.M if cls == "acc" else next(m for n, _, m in self.more if n == cls)
+
+    def runs(self, v, d) -> bool:
+        c = self.dclass[d]
+        return True if c is None else (self.sup[v] if c == "acc" else self.lat[c][v] is not None)
+
+    def time(self, v, d) -> float:
+        c = self.dclass[d]
+        # (a node its class cannot run is a support violation; its time counts as 0)
+        return self.cpu[v] if c is None else (self.acc[v] if c == "acc" else self.lat[c][v] or 0.0)
+
+    def staged(self, d, u) -> float:
+        scale, lat = self.host.get(self.dclass[d], (1.0, 0.0))
+        return lat + scale * self.cost[u]
+
+    def direct(self, a, b, u):
+        """Seconds of a direct copy of u from device a to device b, None: no peer link."""
+        ca, cb = self.dclass[a], self.dclass[b]
+        if a == b or ca is None or cb is None or (ca, cb) not in self.peer:
+            return None
+        scale, lat = self.peer[ca, cb]
+        return lat + scale * self.cost[u]
 
     @cached_property
     def order(self) -> list:
@@ -100,7 +145,18 @@ def view(data: dict) -> G:
         k=int(data["maxFPGAs"]),
         l=int(data["maxCPUs"]),
         M=float(data["maxSizePerFPGA"]),
+        more=[(c["name"], int(c["count"]), float(c["memory"])) for c in data.get("acceleratorClasses", [])],
+        lat={c["name"]: {nd["id"]: nd.get("latencies", {}).get(c["name"]) for nd in data["nodes"]}
+             for c in data.get("acceleratorClasses", [])},
+        host={}, peer={},
     )
+    for lk in data.get("links", []):
+        a, b = lk["between"]
+        val = (float(lk.get("scale", 1.0)), float(lk.get("latency", 0.0)))
+        if "cpu" in (a, b):
+            g.host[b if a == "cpu" else a] = val
+        else:
+            g.peer[a, b] = g.peer[b, a] = val
     for e in data["edges"]:
         s, d = e["sourceId"], e["destId"]
         g.succs[s].add(d)
@@ -114,7 +170,7 @@ def _g(data_or_g) -> G:
 
 
 def is_acc(name: str) -> bool:
-    return name.startswith("acc")
+    return not name.startswith("cpu")
 
 
 # ---- objectives -------------------------------------------------------------------------------
@@ -126,16 +182,21 @@ def device_loads(data, assignment: dict) -> dict:
         if not is_acc(d):
             loads[d] = sum(g.cpu[v] for v in g.ids if assignment[v] == d)
             continue
-        total = sum(g.acc[v] for v in g.ids if assignment[v] == d)
+        total = sum(g.time(v, d) for v in g.ids if assignment[v] == d)
         for u in g.ids:
             if not g.succs[u]:
                 continue
             consumer_devs = {assignment[w] for w in g.succs[u]}
-            if assignment[u] == d:
-                if any(x != d for x in consumer_devs):  # d sends u
-                    total += g.cost[u]
+            a = assignment[u]
+            if a == d:  # d sends u: a direct copy to each peer, once through the host for the rest
+                others = consumer_devs - {d}
+                direct = [g.direct(d, b, u) for b in others]
+                total += sum(x for x in direct if x is not None)
+                if any(x is None for x in direct):
+                    total += g.staged(d, u)
             elif d in consumer_devs:  # d receives u
-                total += g.cost[u]
+                x = g.direct(a, d, u)
+                total += g.staged(d, u) if x is None else x
         loads[d] = total
     return loads
 
@@ -204,11 +265,21 @@ def _latency(data, assignment: dict, block: dict) -> float:
             val = max([0.0] + [finish(block[u]) for u in g.preds[v]]) + g.cpu[v]
         else:
             inside = set(nodes)
+            d = b[0]
             senders = {u for v in nodes for u in g.preds[v] if u not in inside}
             start = max([0.0] + [finish(block[u]) for u in senders])
-            incoming = sum(g.cost[u] for u in senders)
-            compute = sum(g.acc[v] for v in nodes)
-            outgoing = sum(g.cost[u] for u in nodes if any(w not in inside for w in g.succs[u]))
+            incoming = 0.0
+            for u in senders:
+                x = g.direct(assignment[u], d, u)
+                incoming += g.staged(d, u) if x is None else x
+            compute = sum(g.time(v, d) for v in nodes)
+            outgoing = 0.0
+            for u in nodes:
+                away = {assignment[w] for w in g.succs[u] if w not in inside}
+                direct = [g.direct(d, e, u) for e in away]
+                outgoing += sum(x for x in direct if x is not None)
+                if any(x is None for x in direct):
+                    outgoing += g.staged(d, u)
             val = start + incoming + compute + outgoing
         active.discard(b)
         memo[b] = val
@@ -225,10 +296,10 @@ def constraint_violations(data, assignment: dict) -> list[str]:
     for d in g.devices:
         if is_acc(d):
             used = sum(g.size[v] for v in g.ids if assignment[v] == d)
-            if used > g.M * (1 + TOL):
+            if used > g.memory(g.dclass[d]) * (1 + TOL):
                 out.append(f"memory {d}")
     for v in g.ids:
-        if is_acc(assignment[v]) and not g.sup[v]:
+        if not g.runs(v, assignment[v]):
             out.append(f"support {v}")
     for key, mem in g.classes.items():
         if len({assignment[v] for v in mem}) > 1:
@@ -352,30 +423,34 @@ def all_assignments(data):
 
 def class_assignments(data):
     """Assignments giving each colour class one device, meeting memory and support,
-    one per orbit of renaming identical devices (first uses of acc0, acc1, ... in order)."""
+    one per orbit of renaming identical devices (within each device class, first uses of
+    its devices in order)."""
     g = _g(data)
     units = list(g.classes.values())
     usize = [sum(g.size[v] for v in u) for u in units]
-    usup = [all(g.sup[v] for v in u) for u in units]
-    mem = [0.0] * g.k
+    kinds: dict = {}  # device class (None: CPU) -> its devices in order
+    for d in g.devices:
+        kinds.setdefault(g.dclass[d], []).append(d)
+    mem = {d: 0.0 for d in g.devices}
     choice = [None] * len(units)
 
-    def rec(i, accs_used, cpus_used):
+    def rec(i, used: dict):
         if i == len(units):
             yield {v: choice[j] for j, u in enumerate(units) for v in u}
             return
-        if usup[i]:
-            for a in range(min(accs_used + 1, g.k)):
-                if mem[a] + usize[i] <= g.M * (1 + TOL):
-                    mem[a] += usize[i]
-                    choice[i] = f"acc{a}"
-                    yield from rec(i + 1, max(accs_used, a + 1), cpus_used)
-                    mem[a] -= usize[i]
-        for c in range(min(cpus_used + 1, g.l)):
-            choice[i] = f"cpu{c}"
-            yield from rec(i + 1, accs_used, max(cpus_used, c + 1))
+        for kind, devs in kinds.items():
+            if not all(g.runs(v, devs[0]) for v in units[i]):
+                continue
+            for j in range(min(used.get(kind, 0) + 1, len(devs))):
+                d = devs[j]
+                if kind is not None and mem[d] + usize[i] > g.memory(kind) * (1 + TOL):
+                    continue
+                mem[d] += usize[i]
+                choice[i] = d
+                yield from rec(i + 1, {**used, kind: max(used.get(kind, 0), j + 1)})
+                mem[d] -= usize[i]
 
-    yield from rec(0, 0, 0)
+    yield from rec(0, {})
 
 
 def brute_min_max_load(data, chain: bool, with_standins: bool = True):
@@ -519,3 +594,40 @@ def random_assignment(data, rng: random.Random) -> dict:
         d = rng.choice(g.devices)
         return {v: d for v in g.ids}
     return {v: rng.choice(g.devices) for v in g.ids}
+
+
+def random_multi_class(seed: int, **kw) -> dict:
+    """:func:`random_workload` with one or two further accelerator classes (0-2 devices
+    each, own memory, own latencies, some nodes they cannot run), host links and peer links."""
+    rng = random.Random(seed * 7919 + 1)
+    data = random_workload(seed, **kw)
+    names = rng.sample(["gpu", "npu", "l4", "a100"], rng.randint(1, 2))
+    total = sum(nd.get("size", 0) for nd in data["nodes"])
+    data["maxFPGAs"] = rng.randint(0, 1)
+    classes = []
+    for name in names:
+        classes.append({"name": name, "count": rng.randint(1, 2),
+                        "memory": rng.choice([total + 0.5, int(total * rng.uniform(0.3, 0.8)) + 0.5])})
+        for nd in data["nodes"]:
+            if rng.random() < 0.85:
+                nd.setdefault("latencies", {})[name] = round(rng.uniform(0.1, 6.0), 3)
+    data["acceleratorClasses"] = classes
+    links = []
+    for c in ["acc"] + names:
+        if rng.random() < 0.5:
+            links.append({"between": [c, "cpu"], "scale": round(rng.uniform(0.3, 2.0), 3),
+                          "latency": rng.choice([0.0, 0.05])})
+    pool = ["acc"] + names
+    for i, a in enumerate(pool):
+        for b in pool[i:]:
+            if rng.random() < 0.4:
+                links.append({"between": [a, b], "scale": round(rng.uniform(0.05, 0.8), 3),
+                              "latency": rng.choice([0.0, 0.02])})
+    data["links"] = links
+    while sum(c["count"] for c in classes) + data["maxFPGAs"] + data["maxCPUs"] > 5:
+        data["maxCPUs"] = max(0, data["maxCPUs"] - 1) if data["maxCPUs"] else data["maxCPUs"]
+        if data["maxCPUs"] == 0:
+            classes[-1]["count"] = max(0, classes[-1]["count"] - 1)
+    if data["maxFPGAs"] + data["maxCPUs"] + sum(c["count"] for c in classes) == 0:
+        data["maxCPUs"] = 1
+    return data

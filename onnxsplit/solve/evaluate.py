@@ -49,6 +49,10 @@ def device_array(workload: Workload, assignment: dict[int, str]) -> np.ndarray:
 def communication(workload: Workload, dev: np.ndarray, sources: np.ndarray | None = None) -> np.ndarray:
     """Per-device communication time: c(u) once per device sending or receiving tensor u.
 
+    With links (:attr:`Workload.multi_class`) each transfer is priced by its route: a
+    direct copy where the two accelerators' classes have a peer link (each end pays it,
+    once per receiving device), else staged through host memory (the sender pays its host
+    link once per tensor, each receiving accelerator its own).  CPU cores pay nothing.
     ``sources``: a node mask; only tensors produced by those nodes are counted."""
     comm = np.zeros(len(workload.devices))
     src, dst = workload.edge_src, workload.edge_dst
@@ -57,23 +61,49 @@ def communication(workload: Workload, dev: np.ndarray, sources: np.ndarray | Non
         cut &= sources[src]
     if not cut.any():
         return comm
+    if workload.multi_class:
+        return _routed_communication(workload, dev, src[cut], dst[cut], comm)
     s, d = src[cut], dev[dst[cut]]
     senders = np.unique(s)
     np.add.at(comm, dev[senders], workload.out_cost[senders])
     pairs = np.unique(s * len(workload.devices) + d)
     np.add.at(comm, pairs % len(workload.devices), workload.out_cost[pairs // len(workload.devices)])
+    return comm * (np.arange(len(workload.devices)) < workload.accelerators_total)
+
+
+def _routed_communication(w: Workload, dev: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                          comm: np.ndarray) -> np.ndarray:
+    """:func:`communication` with every transfer priced by the link it takes."""
+    cls = w.device_class
+    receivers: dict[int, set[int]] = {}
+    for u, t in zip(src.tolist(), dst.tolist()):
+        receivers.setdefault(u, set()).add(int(dev[t]))
+    for u, devs in receivers.items():
+        a = int(dev[u])
+        staged = False
+        for b in devs:
+            peer = w.peer_cost(cls[a], cls[b], u) if cls[a] >= 0 and cls[b] >= 0 else None
+            if peer is not None:
+                comm[a] += peer
+                comm[b] += peer
+                continue
+            staged = True
+            if cls[b] >= 0:
+                comm[b] += w.staged_cost(cls[b], u)
+        if staged and cls[a] >= 0:
+            comm[a] += w.staged_cost(cls[a], u)
     return comm
 
 
 def _loads(workload: Workload, dev: np.ndarray, mask: np.ndarray | None = None) -> dict[str, float]:
     """Compute + communication per device, over the nodes (and tensors) in ``mask``."""
-    k = workload.num_accelerators
     nodes = np.ones(workload.n, dtype=bool) if mask is None else mask
     compute = np.zeros(len(workload.devices))
-    on_acc = dev < k
-    np.add.at(compute, dev[on_acc & nodes], workload.acc_latency[on_acc & nodes])
-    np.add.at(compute, dev[~on_acc & nodes], workload.cpu_latency[~on_acc & nodes])
-    load = compute + communication(workload, dev, mask) * (np.arange(len(workload.devices)) < k)
+    cls = workload.device_class[dev]
+    rows = np.where(cls >= 0, cls, 0)
+    lat = np.where(cls >= 0, workload.class_latency[rows, np.arange(workload.n)], workload.cpu_latency)
+    np.add.at(compute, dev[nodes], lat[nodes])
+    load = compute + communication(workload, dev, mask)
     return {d.name: float(load[d.index]) for d in workload.devices}
 
 
@@ -81,18 +111,28 @@ def widened(workload: Workload, assignment: dict[int, str]) -> tuple[Workload, l
     """The workload with enough devices for a split that names more than it has, and the
     over-count as violations (the paper's bert24 latency expert split uses 6 accelerators
     of 5): such a split is scored and reported rather than refused."""
-    counts = {"acc": workload.num_accelerators, "cpu": workload.num_cpus}
+    prefixes = {"acc": ("acc", "accelerators"), "cpu": ("cpu", "CPU cores")}
+    for c in workload.accelerator_classes:
+        prefixes[c.device_name(0)[:-1]] = (c.name, f"'{c.name}' accelerators")
+    counts = dict(zip(workload.class_names, workload.class_counts), cpu=workload.num_cpus)
     needed = dict(counts)
     for dev in assignment.values():
-        kind, num = dev[:3], dev[3:]
-        if kind not in counts or not num.isdigit():
-            raise SplitError(f"unknown device '{dev}' (devices are acc0.., cpu0..)")
-        needed[kind] = max(needed[kind], int(num) + 1)
-    violations = [f"devices: the split uses {needed[kind]} {label}, the workload has {counts[kind]}"
-                  for kind, label in (("acc", "accelerators"), ("cpu", "CPU cores")) if needed[kind] > counts[kind]]
+        head = dev.rstrip("0123456789")
+        num = dev[len(head):]
+        if head not in prefixes or not num or (num != "0" and num.startswith("0")):
+            names = ", ".join(sorted({p + "0.." for p in prefixes}))
+            raise SplitError(f"unknown device '{dev}' (devices are {names})")
+        cls = prefixes[head][0]
+        needed[cls] = max(needed[cls], int(num) + 1)
+    over = [(cls, label) for cls, label in prefixes.values() if needed[cls] > counts[cls]]
+    violations = [f"devices: the split uses {needed[cls]} {label}, the workload has {counts[cls]}"
+                  for cls, label in over]
     if not violations:
         return workload, []
-    return workload.replace(num_accelerators=needed["acc"], num_cpus=needed["cpu"]), violations
+    more = {c.name: needed[c.name] for c in workload.accelerator_classes}
+    return workload.replace(num_accelerators=needed["acc"], num_cpus=needed["cpu"],
+                            accelerator_classes=tuple(type(c)(c.name, more[c.name], c.memory, c.extra)
+                                                      for c in workload.accelerator_classes)), violations
 
 
 def device_rows(w: Workload, assignment: dict[int, str], order=None) -> list[dict]:
@@ -127,7 +167,7 @@ def accelerator_pieces(workload: Workload, dev: np.ndarray, cpus: bool = False) 
     is already contiguous per device keeps one piece per device.  Returns the piece number
     (1-based) per node; 0 for CPU nodes (unless ``cpus``: CPU cores get pieces too).
     """
-    k = workload.num_accelerators
+    k = workload.accelerators_total
     piece = np.zeros(workload.n, dtype=np.int64)
     order = workload.topological_order
     preds = workload.predecessors
@@ -153,7 +193,7 @@ def switch_pieces(workload: Workload, dev: np.ndarray, cpus: bool = False) -> np
     between pieces of different accelerators.
     """
     label = _switch_labels(workload, dev)
-    return label if cpus else np.where(dev < workload.num_accelerators, label, 0)
+    return label if cpus else np.where(dev < workload.accelerators_total, label, 0)
 
 
 def _switch_labels(workload: Workload, key: np.ndarray) -> np.ndarray:
@@ -177,7 +217,7 @@ def runner_pieces(workload: Workload, dev: np.ndarray, given: np.ndarray | None 
     """
     if given is None:
         return call_pieces(workload, dev, serial_cpus=True)
-    k = workload.num_accelerators
+    k = workload.accelerators_total
     on_acc = dev < k
     key = np.where(on_acc, dev * (workload.n + 2) + given + 1, dev * (workload.n + 2))
     piece = np.where(on_acc, given, _switch_labels(workload, key))
@@ -204,7 +244,7 @@ def _blocks(workload: Workload, dev: np.ndarray, piece: np.ndarray, serial_cpus:
     None when the blocks form a cycle)."""
     from ..workload import topological_sort
 
-    k = workload.num_accelerators
+    k = workload.accelerators_total
     grouped = np.ones(workload.n, dtype=bool) if serial_cpus else dev < k
     key = np.where(grouped, dev * (workload.n + 1) + piece, -1 - np.arange(workload.n))
     _, block = np.unique(key, return_inverse=True)
@@ -246,7 +286,7 @@ def schedule(workload: Workload, assignment: dict[int, str], pieces: dict[int, i
     the paper's model lets CPU nodes run with unbounded parallelism.
     """
     dev = device_array(workload, assignment)
-    k = workload.num_accelerators
+    k = workload.accelerators_total
     grouped = np.ones(workload.n, dtype=bool) if serial_cpus else dev < k
     if pieces:
         given = np.array([pieces.get(int(i), 0) for i in workload.ids], dtype=np.int64)
@@ -258,7 +298,7 @@ def schedule(workload: Workload, assignment: dict[int, str], pieces: dict[int, i
         block, members, order = _blocks(workload, dev, call_pieces(workload, dev, serial_cpus),
                                         serial_cpus)
     finish = np.zeros(workload.n)
-    preds, succs, cost = workload.predecessors, workload.successors, workload.out_cost
+    preds, succs = workload.predecessors, workload.successors
     calls = []
     for b in order:
         nodes = members[b]
@@ -270,14 +310,42 @@ def schedule(workload: Workload, assignment: dict[int, str], pieces: dict[int, i
             incoming = outgoing = 0.0
             compute = float(workload.cpu_latency[nodes].sum())
         else:
-            incoming = sum(cost[u] for u in senders)
-            outgoing = sum(cost[u] for u in nodes if any(w not in inside for w in succs[u]))
-            compute = float(workload.acc_latency[nodes].sum())
+            incoming, outgoing = _call_transfers(workload, dev, int(dev[first]), inside, senders, succs)
+            compute = float(workload.device_latency(int(dev[first]))[nodes].sum())
         done = start + incoming + compute + outgoing
         finish[nodes] = done
         calls.append(Call(workload.devices[dev[first]].name, tuple(nodes), float(start),
                           float(start + incoming), float(start + incoming + compute), float(done)))
     return calls
+
+
+def _call_transfers(w: Workload, dev: np.ndarray, d: int, inside: set, senders: set, succs) -> tuple[float, float]:
+    """(incoming, outgoing) seconds of one accelerator call: each tensor it receives, and
+    each it sends (staged once through host memory; with peer links, a direct copy to each
+    peer device that needs it instead)."""
+    cost = w.out_cost
+    if not w.multi_class:
+        return (sum(cost[u] for u in senders),
+                sum(cost[u] for u in inside if any(x not in inside for x in succs[u])))
+    cls = w.device_class
+    incoming = 0.0
+    for u in senders:
+        a = int(dev[u])
+        peer = w.peer_cost(cls[a], cls[d], u) if a != d and cls[a] >= 0 else None
+        incoming += peer if peer is not None else w.staged_cost(cls[d], u)
+    outgoing = 0.0
+    for u in inside:
+        away = {int(dev[x]) for x in succs[u] if x not in inside}
+        staged = False
+        for b in away:
+            peer = w.peer_cost(cls[d], cls[b], u) if b != d and cls[b] >= 0 else None
+            if peer is None:
+                staged = True
+            else:
+                outgoing += peer
+        if staged:
+            outgoing += w.staged_cost(cls[d], u)
+    return float(incoming), float(outgoing)
 
 
 def latency(workload: Workload, assignment: dict[int, str], pieces: dict[int, int] | None = None,
@@ -320,18 +388,19 @@ def check(workload: Workload, assignment: dict[int, str], contiguity: str = "non
     except SplitError as e:
         return [str(e)]
     out: list[str] = []
-    k = workload.num_accelerators
+    k = workload.accelerators_total
     ids = workload.ids
     on_acc = dev < k
     for d in workload.devices[:k]:
         used = float(workload.size[dev == d.index].sum())
-        if used > workload.accelerator_memory * (1 + 1e-12):
-            over = used - workload.accelerator_memory
-            out.append(f"memory: {d.name} holds {used:.6g} bytes, over its {workload.accelerator_memory:.6g} "
-                       f"by {over:.6g}")
-    bad = np.flatnonzero(on_acc & ~workload.supported)
+        limit = float(workload.class_memory[workload.device_class[d.index]])
+        if used > limit * (1 + 1e-12):
+            out.append(f"memory: {d.name} holds {used:.6g} bytes, over its {limit:.6g} by {used - limit:.6g}")
+    cls = workload.device_class[dev]
+    bad = np.flatnonzero(on_acc & ~workload.class_supported[np.where(on_acc, cls, 0), np.arange(workload.n)])
+    what = "accelerators" if not workload.accelerator_classes else "its device's class"
     for i in bad[:10]:
-        out.append(f"support: node {ids[i]} is not supported on accelerators but is on "
+        out.append(f"support: node {ids[i]} is not supported on {what} but is on "
                    f"{workload.devices[dev[i]].name}")
     if bad.size > 10:
         out.append(f"support: ... and {bad.size - 10} more unsupported nodes on accelerators")

@@ -1,0 +1,112 @@
+"""The device model of real servers: several accelerator classes, host and peer links.
+
+Every figure is checked against ``tests/bruteforce.py``, which reads the extended JSON
+itself and never imports onnxsplit.  Workloads: ``bruteforce.random_multi_class(seed)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bruteforce as bf  # noqa: E402
+from onnxsplit.errors import WorkloadError  # noqa: E402
+from onnxsplit.solve import evaluate  # noqa: E402
+from onnxsplit.workload import Workload  # noqa: E402
+
+SEEDS = range(0, 160)
+TRAINING_SEEDS = range(500, 540)
+
+
+def close(a, b) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def make(seed: int) -> dict:
+    if seed >= 500:
+        return bf.random_multi_class(seed, training=True, n_range=(2, 4))
+    return bf.random_multi_class(seed, n_range=(2, 6))
+
+
+def dump(data) -> str:
+    return json.dumps(data, sort_keys=True)
+
+
+@pytest.mark.parametrize("seed", list(SEEDS) + list(TRAINING_SEEDS))
+def test_evaluator_and_check_match_bruteforce(seed):
+    data = make(seed)
+    w = Workload.from_paper_json(data)
+    g = bf.view(data)
+    assert w.multi_class and [d.name for d in w.devices] == g.devices
+    rng = random.Random(seed)
+    picks = [bf.random_assignment(g, rng) for _ in range(20)]
+    picks += [a for a, _ in zip(bf.class_assignments(g), range(10))]
+    for a in picks:
+        assert close(evaluate.max_load(w, a).value, bf.max_load(g, a)), f"{a}\n{dump(data)}"
+        assert close(evaluate.latency(w, a).value, bf.latency(g, a)), f"{a}\n{dump(data)}"
+        assert (not evaluate.check(w, a)) == bf.respects_constraints(g, a), f"{a}\n{dump(data)}"
+
+
+@pytest.mark.parametrize("seed", range(0, 40))
+def test_extended_json_round_trips(seed):
+    data = make(seed)
+    w = Workload.from_paper_json(data)
+    again = Workload.from_paper_json(json.loads(json.dumps(w.to_paper_json())))
+    assert again == w and again.accelerator_classes == w.accelerator_classes and again.links == w.links
+    assert [n.latencies for n in again.nodes] == [n.latencies for n in w.nodes]
+
+
+def test_peer_link_prices_the_transfer_it_carries():
+    """Two GPUs: through the host a tensor costs both ends c(u); over NVLink a tenth."""
+    data = {"maxSizePerFPGA": 100, "maxFPGAs": 2, "maxCPUs": 1,
+            "nodes": [{"id": 0, "supportedOnFpga": 1, "cpuLatency": 9, "fpgaLatency": 1, "isBackwardNode": 0},
+                      {"id": 1, "supportedOnFpga": 1, "cpuLatency": 9, "fpgaLatency": 1, "isBackwardNode": 0}],
+            "edges": [{"sourceId": 0, "destId": 1, "cost": 2.0}]}
+    plan = {0: "acc0", 1: "acc1"}
+    assert evaluate.max_load(Workload.from_paper_json(data), plan).value == 3.0
+    data["links"] = [{"between": ["acc", "acc"], "scale": 0.1, "latency": 0.05}]
+    w = Workload.from_paper_json(data)
+    assert close(evaluate.max_load(w, plan).value, 1 + 0.05 + 0.2)
+    assert close(evaluate.latency(w, plan).value, 1 + 0.25 + 0.25 + 1)
+    data["links"] = [{"between": ["acc", "cpu"], "scale": 3.0}]
+    assert close(evaluate.max_load(Workload.from_paper_json(data), plan).value, 1 + 6.0)
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda d: d["acceleratorClasses"].append({"name": "cpu", "count": 1, "memory": 1}), "taken"),
+    (lambda d: d["acceleratorClasses"].append({"name": "9x", "count": 1, "memory": 1}), "name"),
+    (lambda d: d["links"].append({"between": ["gpu", "tpu"]}), "unknown class 'tpu'"),
+    (lambda d: d["links"].append({"between": ["cpu", "cpu"]}), "no link"),
+    (lambda d: d["links"].append({"between": ["gpu", "cpu"], "scale": -1}), "scale"),
+    (lambda d: d["nodes"][0].update(latencies={"tpu": 1.0}), "unknown accelerator class 'tpu'"),
+    (lambda d: d["nodes"][0].update(latencies={"gpu": float("nan")}), "finite"),
+])
+def test_bad_extended_input_is_one_line_naming_it(change, words):
+    data = {"maxSizePerFPGA": 1, "maxFPGAs": 0, "maxCPUs": 1,
+            "acceleratorClasses": [{"name": "gpu", "count": 1, "memory": 10}], "links": [],
+            "nodes": [{"id": 0, "supportedOnFpga": 1, "cpuLatency": 1, "fpgaLatency": 1, "isBackwardNode": 0}],
+            "edges": []}
+    change(data)
+    with pytest.raises(WorkloadError, match=words):
+        Workload.from_paper_json(data)
+
+
+def test_device_names_and_widening():
+    data = {"maxSizePerFPGA": 1, "maxFPGAs": 1, "maxCPUs": 1,
+            "acceleratorClasses": [{"name": "a100", "count": 2, "memory": 10},
+                                   {"name": "npu", "count": 1, "memory": 10}],
+            "nodes": [{"id": 0, "supportedOnFpga": 1, "cpuLatency": 1, "fpgaLatency": 1, "isBackwardNode": 0,
+                       "latencies": {"a100": 0.5, "npu": 0.25}}], "edges": []}
+    w = Workload.from_paper_json(data)
+    assert [d.name for d in w.devices] == ["acc0", "a100_0", "a100_1", "npu0", "cpu0"]
+    wide, over = evaluate.widened(w, {0: "npu2"})
+    assert over == ["devices: the split uses 3 'npu' accelerators, the workload has 1"]
+    assert [d.name for d in wide.devices][-3:] == ["npu1", "npu2", "cpu0"]
+    assert evaluate.max_load(w, {0: "npu0"}).value == 0.25
