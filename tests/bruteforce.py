@@ -618,9 +618,10 @@ def random_multi_class(seed: int, **kw) -> dict:
             links.append({"between": [c, "cpu"], "scale": round(rng.uniform(0.3, 2.0), 3),
                           "latency": rng.choice([0.0, 0.05])})
     pool = ["acc"] + names
+    peer_p = rng.choice([0.0, 0.5])
     for i, a in enumerate(pool):
         for b in pool[i:]:
-            if rng.random() < 0.4:
+            if rng.random() < peer_p:
                 links.append({"between": [a, b], "scale": round(rng.uniform(0.05, 0.8), 3),
                               "latency": rng.choice([0.0, 0.02])})
     data["links"] = links

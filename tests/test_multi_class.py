@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bruteforce as bf  # noqa: E402
 from onnxsplit.errors import WorkloadError  # noqa: E402
 from onnxsplit.solve import evaluate  # noqa: E402
+from onnxsplit.solve.throughput import dp  # noqa: E402
 from onnxsplit.workload import Workload  # noqa: E402
 
 SEEDS = range(0, 160)
@@ -110,3 +111,28 @@ def test_device_names_and_widening():
     assert over == ["devices: the split uses 3 'npu' accelerators, the workload has 1"]
     assert [d.name for d in wide.devices][-3:] == ["npu1", "npu2", "cpu0"]
     assert evaluate.max_load(w, {0: "npu0"}).value == 0.25
+
+
+# ---- the DP: a stage's device class in its state -------------------------------------------------
+
+@pytest.mark.parametrize("seed", list(range(0, 120)) + list(TRAINING_SEEDS))
+def test_dp_matches_bruteforce_over_chains(seed):
+    """Without peer links the DP is exact over chains of ideals; with them its plan is
+    valid, re-scored, and no better than the brute-force chain optimum."""
+    data = make(seed)
+    w = Workload.from_paper_json(data)
+    g = bf.view(data)
+    best, best_a = bf.brute_min_max_load(g, chain=True)
+    plan = dp.solve(w)
+    if best is None:
+        assert plan.status == "infeasible", dump(data)
+        return
+    assert plan.value is not None, dump(data)
+    assert bf.respects_constraints(g, plan.assignment) and bf.is_chain_of_ideals(g, plan.assignment)
+    assert close(plan.value, bf.max_load(g, plan.assignment))
+    if not w.peer_links:
+        assert plan.status == "optimal" and close(plan.value, best), f"DP {plan.value} != {best} by {best_a}\n{dump(data)}"
+    else:
+        assert plan.status == "feasible" and plan.value >= best * (1 - 1e-9) - 1e-12
+    lin = dp.solve(w, linear_only=True)
+    assert lin.value is not None and lin.value >= best * (1 - 1e-9) - 1e-12

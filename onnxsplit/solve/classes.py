@@ -174,19 +174,24 @@ class ClassGraph:
         return len(self.acc)
 
 
-def tensor_hyperedges(w: Workload, label: np.ndarray) -> list[tuple[tuple[int, ...], float]]:
+def tensor_hyperedges(w: Workload, label: np.ndarray, counted: bool = False) -> list[tuple]:
     """Each tensor as a hyperedge over the labels (classes, DP items) of its producer and
     consumers, with its transfer cost: tensors over the same labels merged (first seen
-    first), those within one label or costing nothing left out."""
+    first), those within one label or costing nothing left out.  ``counted``: tensors that
+    cost nothing kept too, each hyperedge as (labels, cost, number of tensors) -- a link's
+    latency is paid per tensor."""
     members: dict[int, set[int]] = {}
     for s, d in zip(w.edge_src, w.edge_dst):
         members.setdefault(int(s), {int(label[s])}).add(int(label[d]))
-    weight_of: dict[tuple[int, ...], float] = {}
+    weight_of: dict[tuple[int, ...], list] = {}
     for u, labels in members.items():
-        if len(labels) > 1 and w.out_cost[u] > 0:
-            key = tuple(sorted(labels))
-            weight_of[key] = weight_of.get(key, 0.0) + float(w.out_cost[u])
-    return list(weight_of.items())
+        if len(labels) > 1 and (counted or w.out_cost[u] > 0):
+            entry = weight_of.setdefault(tuple(sorted(labels)), [0.0, 0])
+            entry[0] += float(w.out_cost[u])
+            entry[1] += 1
+    if counted:
+        return [(key, wt, cnt) for key, (wt, cnt) in weight_of.items()]
+    return [(key, wt) for key, (wt, _) in weight_of.items()]
 
 
 def class_graph(workload: Workload) -> ClassGraph:

@@ -228,7 +228,8 @@ def for_dp(workload: Workload, like_reference: bool = False) -> Contracted:
     c = contract_color_classes(initial(workload))
     c = add_orphan_standins(c)
     c = fuse_forward_sccs(c)
-    c = merge_zero_latency_like_reference(c) if like_reference else merge_zero_latency(c)
+    if not workload.multi_class:  # (its conditions read one accelerator class, links unpriced)
+        c = merge_zero_latency_like_reference(c) if like_reference else merge_zero_latency(c)
     labels_fwd = {int(c.label[i]) for i in range(c.size) if not c.backward[i]}
     if any(int(c.label[i]) not in labels_fwd for i in range(c.size) if c.backward[i]):
         raise SolveError("a backward colour class still has no forward partner after preprocessing")

@@ -112,7 +112,7 @@ def pipedream(workload: Workload, deadline: float = float("inf")) -> Plan:
     inst = dp.build_instance(coarse)
     k, l, memory = workload.num_accelerators, workload.num_cpus, workload.accelerator_memory
     orders = {"file": file_order(inst)}
-    orders.update(zip(("dfs", "bfs", "heavy_first"), dp.topological_orders(inst)))
+    orders.update(zip(("dfs", "bfs", "heavy_first"), lattice.topological_orders(inst.preds, inst.succs, inst.acc)))
     best, best_name = None, None
     values = {}
     for name, order in orders.items():

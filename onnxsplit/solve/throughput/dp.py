@@ -14,9 +14,6 @@ Write-up: docs/throughput.md (dp, dp_linear).
 
 from __future__ import annotations
 
-import collections
-import heapq
-import itertools
 import time
 import warnings
 from dataclasses import dataclass
@@ -31,7 +28,7 @@ from ...plan import Plan, gap_of
 from ...workload import Workload
 from .. import anytime, evaluate, preprocess
 from ..classes import tensor_hyperedges
-from . import lattice
+from . import dp_classes, lattice
 from .bounds import max_load_lower_bound
 
 # the kernel runs without the GIL (the main thread keeps watching for Ctrl-C) and takes it
@@ -340,38 +337,6 @@ def _dp_kernel(pre_acc, pre_cpu, pre_mem, pre_uns, down_ptr, down_ideal, down_it
 
 # ---- from DP result to Plan -----------------------------------------------------------------
 
-def topological_orders(inst: DPInstance):
-    """A few topological orders of the items, for linearized upper bounds, one at a time
-    (the caller may stop at its deadline): depth-first, breadth-first, and heaviest
-    accelerator latency first (ties: the one ready first)."""
-    for strategy in ("dfs", "bfs", "heavy_first"):
-        indeg = [len(p) for p in inst.preds]
-        seq = itertools.count()
-        ready = [(-float(inst.acc[v]), next(seq), v) for v in range(inst.n) if indeg[v] == 0]
-        if strategy == "heavy_first":
-            heapq.heapify(ready)
-        else:
-            ready = collections.deque(ready)
-        order = []
-        while ready:
-            if strategy == "dfs":
-                v = ready.pop()[2]
-            elif strategy == "bfs":
-                v = ready.popleft()[2]
-            else:
-                v = heapq.heappop(ready)[2]
-            order.append(v)
-            for w in inst.succs[v]:
-                indeg[w] -= 1
-                if indeg[w] == 0:
-                    item = (-float(inst.acc[w]), next(seq), w)
-                    if strategy == "heavy_first":
-                        heapq.heappush(ready, item)
-                    else:
-                        ready.append(item)
-        yield order
-
-
 EXACT_IDEAL_BUDGET = 150_000  # beyond this, retry with the reference's (smaller) lattice
 
 
@@ -386,6 +351,8 @@ def solve(workload: Workload, linear_only: bool = False,
     With ``time_limit`` (seconds), a DP that runs out of time returns the linearized plan
     with status "time_limit".
     """
+    if workload.multi_class:
+        return dp_classes.solve(workload, linear_only, ideal_limit, time_limit)
     start = time.perf_counter()
     deadline = start + time_limit if time_limit else np.inf
     inst = build_instance(workload)
@@ -394,7 +361,7 @@ def solve(workload: Workload, linear_only: bool = False,
     method = "dp_linear" if linear_only else "dp"
     best: DPResult | None = None
     timed_out = False
-    for order in topological_orders(inst):
+    for order in lattice.topological_orders(inst.preds, inst.succs, inst.acc):
         res = run(inst, lattice.chain(order), k, l, mem, deadline=deadline)
         if res is None:  # out of time: the best order so far stands
             timed_out = True

@@ -11,6 +11,9 @@ Write-up: docs/throughput.md (dp, dp_linear).
 
 from __future__ import annotations
 
+import collections
+import heapq
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,3 +148,35 @@ def _pack(masks: list[int], down: list[list[tuple[int, int]]]) -> Lattice:
     ideal = np.array([e[0] for e in flat], dtype=np.int64)
     item = np.array([e[1] for e in flat], dtype=np.int64)
     return Lattice(masks, ptr, ideal, item)
+
+
+def topological_orders(preds: list[list[int]], succs: list[list[int]], weight: np.ndarray):
+    """A few topological orders of the items, for linearized upper bounds, one at a time
+    (the caller may stop at its deadline): depth-first, breadth-first, and heaviest
+    ``weight`` (accelerator latency) first (ties: the one ready first)."""
+    for strategy in ("dfs", "bfs", "heavy_first"):
+        indeg = [len(p) for p in preds]
+        seq = itertools.count()
+        ready = [(-float(weight[v]), next(seq), v) for v in range(len(preds)) if indeg[v] == 0]
+        if strategy == "heavy_first":
+            heapq.heapify(ready)
+        else:
+            ready = collections.deque(ready)
+        order = []
+        while ready:
+            if strategy == "dfs":
+                v = ready.pop()[2]
+            elif strategy == "bfs":
+                v = ready.popleft()[2]
+            else:
+                v = heapq.heappop(ready)[2]
+            order.append(v)
+            for w in succs[v]:
+                indeg[w] -= 1
+                if indeg[w] == 0:
+                    item = (-float(weight[w]), next(seq), w)
+                    if strategy == "heavy_first":
+                        heapq.heappush(ready, item)
+                    else:
+                        ready.append(item)
+        yield order
