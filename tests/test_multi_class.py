@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bruteforce as bf  # noqa: E402
 from onnxsplit.errors import WorkloadError  # noqa: E402
 from onnxsplit.solve import evaluate  # noqa: E402
-from onnxsplit.solve.throughput import dp  # noqa: E402
+from onnxsplit.solve.throughput import dp, ip  # noqa: E402
+from onnxsplit.solve.latency import ip as latency_ip  # noqa: E402
 from onnxsplit.workload import Workload  # noqa: E402
 
 SEEDS = range(0, 160)
@@ -136,3 +137,67 @@ def test_dp_matches_bruteforce_over_chains(seed):
         assert plan.status == "feasible" and plan.value >= best * (1 - 1e-9) - 1e-12
     lin = dp.solve(w, linear_only=True)
     assert lin.value is not None and lin.value >= best * (1 - 1e-9) - 1e-12
+
+
+# ---- the latency IP: one convex call per accelerator ------------------------------------------------
+
+def brute_latency_one_call(data):
+    """Min latency over assignments where every accelerator runs one convex call (CPU nodes
+    on one core: the latency model's CPUs run in parallel)."""
+    import itertools
+
+    g = bf.view(data)
+    devices = [d for d in g.devices if bf.is_acc(d)] + (["cpu0"] if g.l else [])
+    best = None
+    for combo in itertools.product(devices, repeat=len(g.ids)):
+        a = dict(zip(g.ids, combo))
+        if not bf.respects_constraints(g, a) or not bf.accelerators_convex(g, a):
+            continue
+        try:
+            val = bf._latency(g, a, bf.pieces(g, a))
+        except bf.PieceCycle:
+            continue
+        best = val if best is None else min(best, val)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(0, 60))
+def test_latency_ip_matches_bruteforce(seed):
+    data = bf.random_multi_class(seed, n_range=(2, 5), l_range=(0, 1))
+    w = Workload.from_paper_json(data)
+    plan = latency_ip.solve_latency(w, pieces=1, time_limit=30, gap=0.0)
+    best = brute_latency_one_call(data)
+    if best is None:
+        assert plan.value is None, dump(data)
+        return
+    assert plan.value == pytest.approx(best, rel=1e-6, abs=1e-9), f"{plan.assignment}\n{dump(data)}"
+    assert plan.status == "optimal"
+    assert bf._latency(bf.view(data), plan.assignment, bf.pieces(bf.view(data), plan.assignment)) == \
+        pytest.approx(plan.value, rel=1e-9)
+    assert evaluate.check(w, plan.assignment) == [] and plan.lower_bound <= plan.value * (1 + 1e-9)
+
+
+# ---- the throughput IPs ------------------------------------------------------------------------------
+
+def brute_max_load(data, predicate=None):
+    g = bf.view(data)
+    vals = [bf.max_load(g, a) for a in bf.class_assignments(g) if predicate is None or predicate(g, a)]
+    return min(vals) if vals else None
+
+
+@pytest.mark.parametrize("seed", list(range(0, 60)) + list(range(500, 520)))
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_throughput_ip_matches_bruteforce(seed, contiguous):
+    data = make(seed)
+    w = Workload.from_paper_json(data)
+    plan = ip.solve_throughput(w, contiguous=contiguous, time_limit=30, gap=0.0)
+    best = brute_max_load(data, bf.is_convex if contiguous else None)
+    if best is None:
+        assert plan.value is None and plan.status == "infeasible", dump(data)
+        return
+    assert plan.status == "optimal" and plan.value == pytest.approx(best, rel=1e-6, abs=1e-9), \
+        f"{plan.value} != {best}: {plan.assignment}\n{dump(data)}"
+    assert bf.max_load(bf.view(data), plan.assignment) == pytest.approx(plan.value, rel=1e-9)
+    assert bf.respects_constraints(bf.view(data), plan.assignment)
+    assert not contiguous or bf.is_convex(bf.view(data), plan.assignment)
+    assert plan.lower_bound <= plan.value * (1 + 1e-9)

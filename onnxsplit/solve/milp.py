@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import interrupt
 from ..errors import OnnxsplitError
+from ..workload import Workload
 
 
 SOLVERS = ("highs", "cbc")
@@ -104,3 +105,27 @@ def _stop_when_interrupted(model) -> None:
 
 def finite(v):
     return float(v) if v is not None and np.isfinite(v) else None
+
+
+def add_contiguity(model, w: Workload, of_node: np.ndarray, x, ndev: int) -> None:
+    """Every device's part is convex within each pass (the paper's z formulation).
+
+    ``x[g, d]``: unit g (``of_node`` maps nodes to units) on device d.
+    z[v, d] = 1 on v and on everything reachable from d's nodes; a node reached through a
+    path that left d may not be on d.  The reference constrains the forward pass only; a
+    training pipeline needs its backward parts convex too, so both passes are constrained.
+    """
+    for backward in ((False, True) if w.is_training else (False,)):
+        nodes = np.flatnonzero(w.backward == backward)
+        for d in range(ndev):
+            z = {v: model.add_var(lb=0.0, ub=1.0) for v in nodes}
+            xd = {v: x.get((int(of_node[v]), d), 0) for v in nodes}
+            for v in nodes:
+                model += z[v] >= xd[v]
+            for s, t in zip(w.edge_src, w.edge_dst):
+                if w.backward[s] == backward and w.backward[t] == backward:
+                    model += z[t] <= z[s]
+                    # same class: x - x would be 0, but python-mip 2.0 builds "x - x" as -x
+                    # (duplicate terms overwrite), so the trivial constraint is left out
+                    if of_node[s] != of_node[t]:
+                        model += z[t] <= xd[t] - xd[s] + 1

@@ -73,10 +73,28 @@ def longest_paths(w: Workload, weight: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 def runs_nowhere(w: Workload) -> str | None:
     """Why no plan exists where a node has no device to run on; None where every node has one."""
-    if w.num_cpus == 0 and not (w.num_accelerators > 0 and w.supported.all()):
+    if w.num_cpus > 0:
+        return None
+    runs = (w.class_supported & (np.array(w.class_counts) > 0)[:, None]).any(axis=0)
+    if not runs.all():
         return ("a node runs on no device: no CPU core and it is not accelerator-supported"
-                if w.num_accelerators else "no devices")
+                if w.accelerators_total else "no devices")
     return None
+
+
+def cheapest_latency(w: Workload) -> np.ndarray:
+    """Each node's least latency on any device the workload has (inf: none can run it)."""
+    present = (np.array(w.class_counts) > 0)[:, None] & w.class_supported
+    best = np.where(present, w.class_latency, np.inf).min(axis=0, initial=np.inf)
+    return np.minimum(best, w.cpu_latency if w.num_cpus > 0 else np.inf)
+
+
+def most_transfer(w: Workload) -> np.ndarray:
+    """Each tensor's dearest single transfer over any link (staged or direct)."""
+    out = np.max([w.staged_cost(c, np.arange(w.n)) for c in range(len(w.class_names))], axis=0)
+    for a, b in w.peer_links:
+        out = np.maximum(out, w.peer_cost(a, b, np.arange(w.n)))
+    return out
 
 
 def in_symmetry_order(w: Workload, assignment: dict[int, str], pieces: dict[int, int]) -> dict[int, str]:
@@ -90,8 +108,11 @@ def in_symmetry_order(w: Workload, assignment: dict[int, str], pieces: dict[int,
         d = assignment[nid]
         if piece == 1:
             first[d] = min(first.get(d, w.n), int(pos[w.index[nid]]))
-    names = [dv.name for dv in w.devices[:w.num_accelerators]]
-    rename = {d: names[i] for i, d in enumerate(sorted(first, key=first.get))}
+    rename = {}
+    for c in range(len(w.class_names)):  # devices are interchangeable within their class
+        names = [dv.name for dv in w.devices if w.device_class[dv.index] == c]
+        used = sorted((d for d in first if d in names), key=first.get)
+        rename.update({d: names[i] for i, d in enumerate(used)})
     return {nid: rename.get(d, d) for nid, d in assignment.items()}
 
 
@@ -100,17 +121,18 @@ def latency_upper_bound(w: Workload, warm_start: dict[int, str] | None, pieces: 
     the warm start fits the IP (at most ``pieces`` calls per accelerator), its pieces."""
     best = np.inf
     plan = None
+    k = w.accelerators_total
     if w.num_cpus > 0:
-        cpu = w.devices[w.num_accelerators].name
+        cpu = w.devices[k].name
         best = evaluate.latency(w, {int(i): cpu for i in w.ids}).value
     if warm_start:
         dev = evaluate.device_array(w, warm_start)
         pc = evaluate.accelerator_pieces(w, dev)
         if not evaluate.check(w, warm_start) and pc.max(initial=0) <= pieces:
-            cpu_name = w.devices[w.num_accelerators].name if w.num_cpus else None
-            a = {int(i): (cpu_name if dev[j] >= w.num_accelerators else warm_start[int(i)])
+            cpu_name = w.devices[k].name if w.num_cpus else None
+            a = {int(i): (cpu_name if dev[j] >= k else warm_start[int(i)])
                  for j, i in enumerate(w.ids)}
-            pc_map = {int(w.ids[j]): int(pc[j]) for j in range(w.n) if dev[j] < w.num_accelerators}
+            pc_map = {int(w.ids[j]): int(pc[j]) for j in range(w.n) if dev[j] < k}
             a = in_symmetry_order(w, a, pc_map)
             try:
                 value = evaluate.latency(w, a, pc_map).value
@@ -120,5 +142,5 @@ def latency_upper_bound(w: Workload, warm_start: dict[int, str] | None, pieces: 
                 best, plan = value, (a, pc_map)
     if not np.isfinite(best):
         # no CPU and no usable start: the sum of all latencies bounds any schedule
-        best = float(w.cpu_latency.sum() + w.acc_latency.sum() + 2 * w.out_cost.sum()) + 1.0
+        best = float(w.cpu_latency.sum() + w.class_latency.sum() + 2 * most_transfer(w).sum()) + 1.0
     return float(best) * (1 + 1e-9) + 1e-9, plan

@@ -20,7 +20,7 @@ from .. import evaluate
 from ..finish import status_label
 from ..milp import finite, new_model, optimize
 from .bound_series import block_parts, series_lower_bound
-from .bounds import latency_lower_bound, latency_upper_bound, longest_paths, runs_nowhere
+from .bounds import cheapest_latency, latency_lower_bound, latency_upper_bound, longest_paths, runs_nowhere
 from .cpsat import available as cp_sat_available
 
 
@@ -49,13 +49,12 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     if pieces < 1:
         raise OnnxsplitError("--pieces must be at least 1")
     start_time = time.perf_counter()
-    l = w.num_cpus
 
     if (why := runs_nowhere(w)) is not None:
         return Plan("latency", "ip", "infeasible", None, {}, seconds=time.perf_counter() - start_time,
                     details={"why": why})
     ub, start_plan = latency_upper_bound(w, warm_start, pieces)
-    cheapest = np.minimum(w.cpu_latency if l > 0 else np.inf, np.where(w.supported, w.acc_latency, np.inf))
+    cheapest = cheapest_latency(w)
     # head[v]: longest path into v (inclusive), each node at its cheapest latency.  v cannot
     # finish before it (a call's finish includes all its work, and its inputs come first);
     # it bounds lat[v] below and shrinks the big-M of "v finishes with its call".  (No
@@ -64,7 +63,9 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     # the LP relaxation does not see the memory limit forcing layers apart; the best cut
     # of a few heavy paths does (bounds.py), and bounds the objective from below
     path_seconds = PATH_BOUND_SHARE * max(0.0, time_limit - (time.perf_counter() - start_time))
-    floor = max(float(head.max(initial=0.0)), latency_lower_bound(w, pieces, seconds=path_seconds))
+    floor = float(head.max(initial=0.0))
+    if not w.multi_class:  # (the path bound's cuts read one accelerator class)
+        floor = max(floor, latency_lower_bound(w, pieces, seconds=path_seconds))
     details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub, "path_bound": floor}
 
     def proven_start():
@@ -83,7 +84,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     # the bound composed along cut vertices sees parallel branches competing for the
     # accelerators, which neither the path bound nor the program's relaxation does: where
     # it applies, it gets SERIES_BOUND_SHARE of the time left, before the program is built
-    parts = block_parts(w) if series_bound and pieces == 1 and cp_sat_available() else None
+    parts = block_parts(w) if series_bound and pieces == 1 and cp_sat_available() and not w.multi_class else None
     if parts:
         left = time_limit - (time.perf_counter() - start_time)
         composed = series_lower_bound(w, time.perf_counter() + SERIES_BOUND_SHARE * left, ub * (1 - gap), parts)
@@ -104,22 +105,22 @@ def _program(w: Workload, pieces: int, ub: float, floor: float, head: np.ndarray
     """(the latency program, its x[v, slot] variables): x[v, s] puts node v in slot s (the
     CPUs, or piece p of accelerator d); each piece convex; a piece starts once every tensor
     it receives is ready, then computes, receives and sends; pieces of one accelerator run
-    one after another; identical accelerators ordered by their first piece's first node.
-    The big-M is ``ub``, the best latency known; T starts at ``floor``; warm-started from
-    ``start_plan``."""
-    k, l, n = w.num_accelerators, w.num_cpus, w.n
+    one after another; identical accelerators (one class) ordered by their first piece's
+    first node.  The big-M is ``ub``, the best latency known; T starts at ``floor``;
+    warm-started from ``start_plan``.  Transfers are priced by :func:`_transfer_terms`."""
+    k, l, n = w.accelerators_total, w.num_cpus, w.n
     pos = {v: i for i, v in enumerate(w.topological_order)}
-    cost = w.out_cost
     edges = list(zip(w.edge_src.tolist(), w.edge_dst.tolist()))
     model = new_model(solver, gap, verbose)
     slots = [(d, p) for d in range(k) for p in range(pieces)]
     CPU = CPU_SLOT
+    dclass = w.device_class
     x: dict[tuple[int, tuple[int, int]], mip.Var] = {}
     for v in range(n):
         if l > 0:
             x[v, CPU] = model.add_var(var_type=mip.BINARY)
-        if w.supported[v]:
-            for s in slots:
+        for s in slots:
+            if w.class_supported[dclass[s[0]], v]:
                 x[v, s] = model.add_var(var_type=mip.BINARY)
     for v in range(n):
         model += mip.xsum(x[v, s] for s in [CPU] + slots if (v, s) in x) == 1
@@ -139,7 +140,7 @@ def _program(w: Workload, pieces: int, ub: float, floor: float, head: np.ndarray
             model += mip.xsum(on_v) == mip.xsum(on_u)
     for d in range(k):
         model += mip.xsum(w.size[v] * x[v, (d, p)] for v in range(n) for p in range(pieces)
-                          if (v, (d, p)) in x) <= w.accelerator_memory
+                          if (v, (d, p)) in x) <= float(w.class_memory[dclass[d]])
 
     def xs(v, s):
         return x.get((v, s), 0)
@@ -148,6 +149,10 @@ def _program(w: Workload, pieces: int, ub: float, floor: float, head: np.ndarray
     st = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
     fin = {s: model.add_var(lb=0.0, ub=ub) for s in slots}
     senders = sorted({u for u, _ in edges})
+    on_device = {}  # (v, d) -> v is on accelerator d (any piece), for the peer links
+    if w.peer_links:
+        on_device = {(v, d): mip.xsum(x[v, (d, p)] for p in range(pieces) if (v, (d, p)) in x)
+                     for v in range(n) for d in range(k)}
     for s in slots:
         on_slot = [v for v in range(n) if (v, s) in x]
         z = {v: model.add_var(lb=0.0, ub=1.0) for v in range(n)}
@@ -165,8 +170,8 @@ def _program(w: Workload, pieces: int, ub: float, floor: float, head: np.ndarray
                 model += cout[u] >= xs(u, s) - xs(t, s)
         for u in senders:
             model += st[s] >= lat[u] - (1 - cin[u]) * ub
-        work = mip.xsum(w.acc_latency[v] * x[v, s] for v in on_slot)
-        comm = mip.xsum(cost[u] * (cin[u] + cout[u]) for u in senders if cost[u] > 0)
+        work = mip.xsum(float(w.class_latency[dclass[s[0]], v]) * x[v, s] for v in on_slot)
+        comm = _transfer_terms(w, model, s, senders, cin, cout, x, on_device)
         model += fin[s] == st[s] + work + comm
         for v in on_slot:
             model += lat[v] >= fin[s] - (1 - x[v, s]) * max(0.0, ub - float(head[v]))
@@ -181,7 +186,7 @@ def _program(w: Workload, pieces: int, ub: float, floor: float, head: np.ndarray
             for v in range(n):
                 if (v, (d, p)) in x:
                     model += x[v, (d, p)] <= mip.xsum(x[u, (d, p - 1)] for u in range(n) if (u, (d, p - 1)) in x)
-        if d >= 1:
+        if d >= 1 and dclass[d] == dclass[d - 1]:
             for v in range(n):
                 if (v, (d, 0)) in x:
                     model += x[v, (d, 0)] <= mip.xsum(x[u, (d - 1, 0)] for u in range(n)
@@ -196,10 +201,46 @@ def _program(w: Workload, pieces: int, ub: float, floor: float, head: np.ndarray
     return model, x
 
 
+def _transfer_terms(w: Workload, model, s, senders, cin, cout, x, on_device):
+    """A slot's transfer time: c(u) for every tensor it receives (``cin``) or sends
+    (``cout``) in the paper's model.  With links: received tensors at this class's host
+    price, sent ones once at it; where a peer link joins the two devices, a direct copy
+    instead (its indicator at least "u sent from there and needed here"), sent to each
+    peer device that needs it (lower bounds: every price is >= 0 and the objective only
+    grows with them)."""
+    cost = w.out_cost
+    if not w.multi_class:
+        return mip.xsum(cost[u] * (cin[u] + cout[u]) for u in senders if cost[u] > 0)
+    d, cls = s[0], w.device_class
+    mine = int(cls[d])
+    peers = [b for b in range(w.accelerators_total) if b != d and (mine, int(cls[b])) in w.peer_links]
+    if not peers:
+        return mip.xsum(float(w.staged_cost(mine, u)) * (cin[u] + cout[u]) for u in senders)
+    terms = []
+    for u in senders:
+        staged_in = model.add_var(lb=0.0, ub=1.0)
+        model += staged_in >= cin[u] - mip.xsum(on_device[u, b] for b in peers)
+        terms.append(float(w.staged_cost(mine, u)) * staged_in)
+        staged_out = model.add_var(lb=0.0, ub=1.0)
+        terms.append(float(w.staged_cost(mine, u)) * staged_out)
+        for b in peers:
+            price = float(w.peer_cost(mine, int(cls[b]), u))
+            came = model.add_var(lb=0.0, ub=1.0)
+            model += came >= cin[u] + on_device[u, b] - 1
+            went = model.add_var(lb=0.0, ub=1.0)
+            terms += [price * came, price * went]
+            for t in w.successors[u]:
+                model += went >= x.get((u, s), 0) + on_device[t, b] - 1
+        if (u, s) in x:
+            for t in w.successors[u]:
+                model += staged_out >= x[u, s] - x.get((t, s), 0) - mip.xsum(on_device[t, b] for b in peers)
+    return mip.xsum(terms)
+
+
 def _read_plan(w: Workload, model, x, status, floor: float, start_plan, details: dict, seconds: float) -> Plan:
     """The solver's plan, re-scored by the evaluator, with the proven bound; the warm start
     where the solver kept nothing better (or nothing valid)."""
-    k = w.num_accelerators
+    k = w.accelerators_total
     CPU = CPU_SLOT
     method = "ip"
     bound = finite(model.objective_bound)
@@ -237,7 +278,7 @@ def _read_plan(w: Workload, model, x, status, floor: float, start_plan, details:
 def _slot_of(w: Workload, assignment: dict[int, str], pieces: dict[int, int], v: int):
     nid = int(w.ids[v])
     dev = w.device_index[assignment[nid]]
-    if dev >= w.num_accelerators:
+    if dev >= w.accelerators_total:
         return (-1, 0)
     return (dev, pieces[nid] - 1)
 

@@ -21,8 +21,8 @@ from ...workload import Workload
 from .. import anytime, evaluate
 from ..classes import Classes, build_classes
 from ..finish import status_label
-from ..milp import crossing, finite, new_model, optimize
-from . import bound_parts, bound_setcover, bound_spread, improve_pairs
+from ..milp import add_contiguity, crossing, finite, new_model, optimize
+from . import bound_parts, bound_setcover, bound_spread, improve_pairs, ip_routed
 from .bounds import packing_bound
 
 def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: bool = False,
@@ -44,6 +44,9 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     4. :meth:`_Search.full_program` -- the full program warm-started from the best plan,
        for the time left; the proven bound is the largest of all.
     """
+    if w.multi_class:
+        return ip_routed.solve(w, contiguous=contiguous, split_passes=split_passes, time_limit=time_limit,
+                               solver=solver, warm_start=warm_start, gap=gap, threads=threads, verbose=verbose)
     search = _Search(w, time_limit, gap, warm_start, dict(contiguous=contiguous, split_passes=split_passes,
                                                           solver=solver, threads=threads, verbose=verbose))
     search.transfer_free()
@@ -357,7 +360,7 @@ class _ThroughputIP:
             for d in range(k + l):
                 model += T >= load(d, False) + load(d, True)
         if contiguous:
-            _add_contiguity(model, w, cl, x, k + l)
+            add_contiguity(model, w, cl.of_node, x, k + l)
         model.objective = T
 
     def warm(self, assignment: dict[int, str]) -> None:
@@ -389,29 +392,6 @@ def _break_symmetry(model, x, n: int, devices: range) -> None:
         for g in range(n):
             if (g, d) in x:
                 model += x[g, d] <= mip.xsum(x[h, prev] for h in range(g) if (h, prev) in x)
-
-
-def _add_contiguity(model, w: Workload, cl: Classes, x, ndev: int) -> None:
-    """Every device's part is convex within each pass (the paper's z formulation).
-
-    z[v, d] = 1 on v and on everything reachable from d's nodes; a node reached through a
-    path that left d may not be on d.  The reference constrains the forward pass only; a
-    training pipeline needs its backward parts convex too, so both passes are constrained.
-    """
-    for backward in ((False, True) if w.is_training else (False,)):
-        nodes = np.flatnonzero(w.backward == backward)
-        for d in range(ndev):
-            z = {v: model.add_var(lb=0.0, ub=1.0) for v in nodes}
-            xd = {v: x.get((int(cl.of_node[v]), d), 0) for v in nodes}
-            for v in nodes:
-                model += z[v] >= xd[v]
-            for s, t in zip(w.edge_src, w.edge_dst):
-                if w.backward[s] == backward and w.backward[t] == backward:
-                    model += z[t] <= z[s]
-                    # same class: x - x would be 0, but python-mip 2.0 builds "x - x" as -x
-                    # (duplicate terms overwrite), so the trivial constraint is left out
-                    if cl.of_node[s] != cl.of_node[t]:
-                        model += z[t] <= xd[t] - xd[s] + 1
 
 
 def _start(cl: Classes, assignment: dict[int, str], w: Workload, x) -> list:
