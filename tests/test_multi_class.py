@@ -201,3 +201,41 @@ def test_throughput_ip_matches_bruteforce(seed, contiguous):
     assert bf.respects_constraints(bf.view(data), plan.assignment)
     assert not contiguous or bf.is_convex(bf.view(data), plan.assignment)
     assert plan.lower_bound <= plan.value * (1 + 1e-9)
+
+
+# ---- the registry and the baselines ----------------------------------------------------------------
+
+def test_a_method_of_the_paper_model_says_so_in_one_line():
+    from onnxsplit.errors import OnnxsplitError
+    from onnxsplit.solve import methods
+
+    w = Workload.from_paper_json(make(3))
+    with pytest.raises(OnnxsplitError, match=r"^method 'local_search' takes the paper's model only .*: dp, dp_linear"):
+        methods.solve(w, "throughput", "local_search")
+    assert "\n" not in str(pytest.raises(OnnxsplitError, methods.solve, w, "latency", "latency_dp").value)
+
+
+TWO_KINDS = {"maxSizePerFPGA": 10, "maxFPGAs": 1, "maxCPUs": 1,
+             "acceleratorClasses": [{"name": "npu", "count": 1, "memory": 100}],
+             "nodes": [{"id": i, "supportedOnFpga": int(i != 1), "cpuLatency": 10, "fpgaLatency": 1,
+                        "isBackwardNode": 0, "size": 6, **({"latencies": {"npu": 2}} if i != 2 else {})}
+                       for i in range(3)],
+             "edges": [{"sourceId": 0, "destId": 1, "cost": 0.5}, {"sourceId": 1, "destId": 2, "cost": 0.5}]}
+
+
+def test_onnxruntime_and_openvino_baselines_take_the_classes_in_priority_order():
+    from onnxsplit.solve import methods
+
+    w = Workload.from_paper_json(TWO_KINDS)
+    ort = methods.solve(w, "throughput", "ort_default")
+    # node 1: not on acc, so the next EP (npu); node 2: only acc (and the CPU)
+    assert ort.assignment == {0: "acc0", 1: "npu0", 2: "acc0"}
+    assert ort.status == "infeasible"  # 18 bytes on acc0's 10: onnxruntime does not split by memory
+    het = methods.solve(w, "throughput", "hetero_greedy")
+    assert het.assignment == {0: "acc0", 1: "npu0", 2: "cpu0"}  # acc0 is full after node 0 (6 of 10)
+    assert het.value == pytest.approx(bf.max_load(bf.view(TWO_KINDS), het.assignment))
+    one = methods.solve(w, "throughput", "one_accelerator")
+    assert set(one.assignment.values()) == {"acc0"}  # neither class runs all: the faster one, marked infeasible
+    for name in ("dp", "ip", "all_cpu"):
+        plan = methods.solve(w, "throughput", name)
+        assert plan.value == pytest.approx(bf.max_load(bf.view(TWO_KINDS), plan.assignment))

@@ -21,8 +21,9 @@ END = "<!-- /methods -->"
 
 
 def table() -> str:
-    rows = ["| method | objectives | kind | what it is |", "|---|---|---|---|"]
-    rows += [f"| `{m.name}` | {', '.join(m.objectives)} | {m.kind} | {m.summary} |" for m in methods.REGISTRY]
+    rows = ["| method | objectives | kind | several classes | what it is |", "|---|---|---|---|---|"]
+    rows += [f"| `{m.name}` | {', '.join(m.objectives)} | {m.kind} | {'yes' if m.classes else ''} | {m.summary} |"
+             for m in methods.REGISTRY]
     return "\n".join(rows)
 
 

@@ -39,7 +39,7 @@ def used_devices(workload: Workload, assignment: dict[int, str]) -> list[str]:
 
 
 def need_devices(workload: Workload, acc: bool = False, cpu: bool = False, method: str = "") -> None:
-    if acc and workload.num_accelerators == 0:
+    if acc and workload.accelerators_total == 0:
         raise SolveError(f"method '{method}' needs an accelerator; the workload has none")
     if cpu and workload.num_cpus == 0:
         raise SolveError(f"method '{method}' needs a CPU core; the workload has none")

@@ -83,6 +83,7 @@ class Method:
     options: type[Options] = Options
     compared: bool = True  # run by ``compare`` (not where it needs input of the user's)
     warm_start: dict[str, int] = field(default_factory=dict)
+    classes: bool = False  # runs beyond the paper's model: several accelerator classes, priced links
 
 
 # ---- how each runs ---------------------------------------------------------------------------------
@@ -211,16 +212,16 @@ def _given(w, objective, o: GivenOptions):
 
 REGISTRY: tuple[Method, ...] = (
     Method("dp", ("throughput",), "method",
-           "exact DP over ideals: the optimal linear pipeline of contiguous parts", _dp),
+           "exact DP over ideals: the optimal linear pipeline of contiguous parts", _dp, classes=True),
     Method("dp_linear", ("throughput",), "method",
            "the same DP along a few topological orders (the paper's linearized upper bound)", _dp_linear,
-           warm_start={"throughput": 0, "latency": 3}),
+           warm_start={"throughput": 0, "latency": 3}, classes=True),
     Method("dp_ring", ("throughput",), "method",
            "one order bent into a ring: one accelerator holds a prefix and a suffix (tied weights)", _dp_ring,
            warm_start={"throughput": 1}),
     Method("ip", BOTH, "method",
            "integer program (HiGHS) with a proven gap: non-contiguous throughput, or latency with up to "
-           "--pieces calls per accelerator", _ip, IPOptions),
+           "--pieces calls per accelerator", _ip, IPOptions, classes=True),
     Method("latency_dp", ("latency",), "method",
            "a topological order cut into segments, each an accelerator call or a run on the CPUs", _latency_dp,
            warm_start={"latency": 0}),
@@ -243,15 +244,17 @@ REGISTRY: tuple[Method, ...] = (
            "METIS graph partitioning into k parts balanced by accelerator latency", _partitioner("metis"),
            SearchOptions),
     Method("one_accelerator", BOTH, "baseline",
-           "everything on one accelerator (the paper's single-device baseline)", _fixed("one_accelerator")),
-    Method("all_cpu", BOTH, "baseline", "everything on one CPU core", _fixed("all_cpu")),
+           "everything on one accelerator (the paper's single-device baseline; of several classes, the best)",
+           _fixed("one_accelerator"), classes=True),
+    Method("all_cpu", BOTH, "baseline", "everything on one CPU core", _fixed("all_cpu"), classes=True),
     Method("given", BOTH, "baseline", "score a split file (--split): paper format or a plan", _given,
-           GivenOptions, compared=False),
+           GivenOptions, compared=False, classes=True),
     Method("ort_default", BOTH, "baseline",
-           "what ONNX Runtime does: supported nodes on one accelerator, the rest on the CPU", _fixed("ort_default")),
+           "what ONNX Runtime does: each node on the first accelerator EP that supports it, the rest on the CPU",
+           _fixed("ort_default"), classes=True),
     Method("hetero_greedy", BOTH, "baseline",
            "what OpenVINO HETERO does: each node to the first device that supports it and has room",
-           _hetero_greedy, warm_start={"latency": 2}),
+           _hetero_greedy, warm_start={"latency": 2}, classes=True),
 )
 METHODS: dict[str, Method] = {m.name: m for m in REGISTRY}
 
@@ -296,6 +299,10 @@ def solve(workload: Workload, objective: str, name: str, options: Options | None
     from . import anytime
 
     method = get(name, objective)
+    if workload.multi_class and not method.classes:
+        able = ", ".join(m.name for m in REGISTRY if m.classes and objective in m.objectives)
+        raise OnnxsplitError(f"method '{name}' takes the paper's model only (one accelerator class, transfers "
+                             f"at c(u)); on several classes or priced links: {able}")
     options = options if options is not None else method.options()
     if not isinstance(options, method.options):
         raise OnnxsplitError(f"method '{name}' takes {method.options.__name__}, not {type(options).__name__}")

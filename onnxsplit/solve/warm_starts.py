@@ -64,6 +64,8 @@ def latency(workload: Workload, time_limit: float, candidates, solve: Solve) -> 
     SERIES_SHARE of ``time_limit``), polished by moving colour classes one at a time (at
     most POLISH_SHARE of it)."""
     best, best_value = best_quick_plan(workload, candidates, "latency", WARM_START_SHARE * time_limit, solve)
+    if workload.multi_class:  # (the composed plans and the polish read one accelerator class)
+        return best
     composed = series.series_split(workload, SERIES_SHARE * time_limit)
     if composed is not None and composed.value < best_value:
         best = composed.assignment

@@ -27,7 +27,7 @@ def fixed(workload: Workload, method: str, objective: str = "throughput", *,
         # the paper's -oneFpga: everything on one accelerator (support and memory are
         # checked, not avoided: the reference ignores both)
         need_devices(workload, acc=True, method=method)
-        assignment = {i: "acc0" for i in ids}
+        assignment = {i: _best_single_accelerator(workload, objective) for i in ids}
     elif method == "all_cpu":
         need_devices(workload, cpu=True, method=method)
         assignment = {i: "cpu0" for i in ids}
@@ -35,19 +35,42 @@ def fixed(workload: Workload, method: str, objective: str = "throughput", *,
         # ONNX Runtime: a node runs on the accelerator's EP when that EP supports it, else on
         # the CPU EP.  A colour class must share a device, so a class with any unsupported
         # node runs on the CPU.  ORT does not split by memory: too big is infeasible.
+        # With several classes, the execution providers are tried in the order the classes
+        # are listed (as a session's provider list): the first that runs the whole class.
         need_devices(workload, acc=True, method=method)
-        unsupported_class = np.zeros(int(workload.color_class.max(initial=-1)) + 1, dtype=bool)
-        np.logical_or.at(unsupported_class, workload.color_class, ~workload.supported)
-        if unsupported_class.any():
+        label = workload.color_class
+        first = [workload.devices[int(np.flatnonzero(workload.device_class == c)[0])].name
+                 for c, count in enumerate(workload.class_counts) if count]
+        runs = [c for c, count in enumerate(workload.class_counts) if count]
+        device_of = np.full(int(label.max(initial=-1)) + 1, -1, dtype=np.int64)
+        for j, c in reversed(list(enumerate(runs))):
+            unsupported = np.zeros(len(device_of), dtype=bool)
+            np.logical_or.at(unsupported, label, ~workload.class_supported[c])
+            device_of[~unsupported] = j
+        if (device_of < 0).any():
             need_devices(workload, cpu=True, method=method)
-        on_cpu = unsupported_class[workload.color_class]
-        assignment = {i: ("cpu0" if c else "acc0") for i, c in zip(ids, on_cpu)}
+        assignment = {i: (first[device_of[c]] if device_of[c] >= 0 else "cpu0")
+                      for i, c in zip(ids, label.tolist())}
     elif method == "given":
         assignment = split if isinstance(split, dict) else read_split(split, workload)
         return _given(workload, objective, assignment, start)
     else:
         raise SolveError(f"unknown fixed placement '{method}'")
     return finish(workload, objective, method, assignment, start, details=details)
+
+
+def _best_single_accelerator(w: Workload, objective: str) -> str:
+    """``acc0`` in the paper's model; with several classes, the first device of the class
+    that runs the whole model best (a class that cannot hold or run it comes last)."""
+    if not w.accelerator_classes:
+        return "acc0"
+    ranked = []
+    for c, count in enumerate(w.class_counts):
+        if count:
+            name = w.devices[int(np.flatnonzero(w.device_class == c)[0])].name
+            whole = {int(i): name for i in w.ids}
+            ranked.append((bool(evaluate.check(w, whole)), evaluate.score(w, whole, objective).value, c, name))
+    return min(ranked)[3]
 
 
 def _given(workload: Workload, objective: str, assignment: dict[int, str], start: float) -> Plan:

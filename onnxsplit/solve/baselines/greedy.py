@@ -65,17 +65,20 @@ def greedy(workload: Workload, objective: str = "latency") -> Plan:
 def hetero_greedy(workload: Workload, objective: str = "throughput") -> Plan:
     """Walk nodes in topological order (file order among ready nodes); each goes to the
     highest-priority device that supports it and still has room: acc0 until its memory is
-    full, then acc1, ...; never back to an earlier one.  Unsupported nodes, and nodes that
-    fit no accelerator (or come after the last is full), run on the CPU.  A colour class is
-    placed whole, when its first node is reached."""
+    full, then acc1, ...; never back to an earlier one (with several classes, the devices
+    in class order, a node skipping those that cannot run it).  Unsupported nodes, and
+    nodes that fit no accelerator (or come after the last is full), run on the CPU.  A
+    colour class is placed whole, when its first node is reached."""
     start = time.perf_counter()
-    k, memory = workload.num_accelerators, workload.accelerator_memory
+    k = workload.accelerators_total
+    memory = workload.class_memory[workload.device_class[:k]]
     members = class_members(workload)
     label = workload.color_class
     class_size = np.array([workload.size[m].sum() for m in members])
-    class_unsup = np.array([bool((~workload.supported[m]).any()) for m in members], dtype=bool)
+    runs = np.array([[bool(workload.class_supported[workload.device_class[d], m].all()) for d in range(k)]
+                     for m in members], dtype=bool).reshape(len(members), k)
     device_of_class: dict[int, str] = {}
-    current, used_mem = 0, 0.0
+    current, used = 0, np.zeros(k)
     indeg = [len(p) for p in workload.predecessors]
     ready = [v for v in range(workload.n) if indeg[v] == 0]
     heapq.heapify(ready)
@@ -84,12 +87,16 @@ def hetero_greedy(workload: Workload, objective: str = "throughput") -> Plan:
         c = int(label[v])
         if c not in device_of_class:
             dev = None
-            if not class_unsup[c] and class_size[c] <= memory:
-                if current < k and used_mem + class_size[c] > memory:
-                    current, used_mem = current + 1, 0.0
-                if current < k:
-                    dev = f"acc{current}"
-                    used_mem += class_size[c]
+            for d in range(current, k):
+                if not runs[c, d] or class_size[c] > memory[d]:
+                    continue
+                if used[d] + class_size[c] > memory[d]:
+                    if d == current:  # the device in hand is full: on to the next
+                        current += 1
+                    continue
+                dev = workload.devices[d].name
+                used[d] += class_size[c]
+                break
             if dev is None:
                 need_devices(workload, cpu=True, method="hetero_greedy")
                 dev = "cpu0"
