@@ -1,8 +1,10 @@
 """OpGraph + profile + cluster -> Workload: the paper's computational model, built from a
 model's measurements for ``onnxsplit workload`` and the main command.
 
-The cluster's accelerator class gives the ``k`` identical accelerators, its ``cpu`` class
-the ``l`` cores.  Each node gets the profile's CPU and accelerator latencies (a roofline
+The cluster's accelerator gives the ``k`` identical accelerators, its ``cpu`` class the
+``l`` cores; with several accelerators (none chosen with ``accelerator``) each is an
+accelerator class of the workload named after it (the paper's ``acc`` left empty), with
+its own latencies, support and memory, and every link priced by the route it gives.  Each node gets the profile's CPU and accelerator latencies (a roofline
 estimate where a device or node was not measured), scaled by the device's whole-model
 time over its node sum (``calibrate``); whether the accelerator supports it; and a memory
 size: its weights (a shared weight charged as ``shared_weights`` says), held data and,
@@ -14,6 +16,8 @@ Write-up, with every field and policy: docs/machine.md (From an ONNX model to a 
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import Mapping
 
 from . import shapes
@@ -23,33 +27,37 @@ from .graph import OpGraph
 from .profile import costmodel as cm
 from .profile import devices as dv
 from .profile.store import Entry, ModelProfile
-from .workload import Edge, Node, Workload
+from .workload import AcceleratorClass, Edge, Link, Node, Workload
 
 SHARED_WEIGHTS = ("first", "each", "color")
 ACTIVATIONS = ("outputs", "none")
 SMALL_WEIGHT_BYTES = shapes.KEEP_WEIGHT_BYTES
 
 
-def choose_accelerator(cluster: Cluster, name: str | None) -> DeviceSpec | None:
-    accs = [d for d in cluster.accelerators if d.count > 0]
+def choose_accelerators(cluster: Cluster, name: str | None) -> list[DeviceSpec]:
+    """The accelerators a workload is built for: the one named, else every one the cluster
+    has (the first is the paper's ``acc``)."""
     if name is not None:
         dev = cluster.device(name)
         if dev.is_cpu:
             raise ClusterError(f"'{name}' is the CPU class, not an accelerator")
-        return dev
-    if len(accs) > 1:
-        raise ClusterError(f"{cluster.source} has {len(accs)} accelerator devices "
-                           f"({', '.join(d.name for d in accs)}); the paper's model takes one: "
-                           "choose it with --accelerator NAME")
-    return accs[0] if accs else None
+        return [dev]
+    return [d for d in cluster.accelerators if d.count > 0]
 
 
-def providers_needed(cluster: Cluster, acc: DeviceSpec | None) -> list[str]:
-    """The execution providers whose profile a workload for ``acc`` on ``cluster`` uses."""
-    eps = [cluster.cpu.execution_provider]
-    if acc is not None and acc.execution_provider:
-        eps.append(acc.execution_provider)
+def providers_needed(cluster: Cluster, accs) -> list[str]:
+    """The execution providers whose profile a workload for ``accs`` on ``cluster`` uses."""
+    accs = [accs] if isinstance(accs, DeviceSpec) else [a for a in (accs or []) if a is not None]
+    eps = [cluster.cpu.execution_provider] + [a.execution_provider for a in accs if a.execution_provider]
     return list(dict.fromkeys(eps))
+
+
+def class_name(spec: DeviceSpec) -> str:
+    """The workload's name for an accelerator's class: the device's name made an
+    identifier (``A100-80GB`` -> ``a100_80gb``)."""
+    name = re.sub(r"\W", "_", spec.name.lower())
+    name = name if name and not name[0].isdigit() else f"x{name}"
+    return f"{name}_dev" if name in ("acc", "cpu") else name
 
 
 def pick_entries(profile: ModelProfile, cpu: DeviceSpec, acc: DeviceSpec | None
@@ -82,52 +90,27 @@ def build_workload(
     if activations not in ACTIVATIONS:
         raise ClusterError(f"activations must be one of {', '.join(ACTIVATIONS)}, got '{activations}'")
     cpu = cluster.cpu
-    acc = choose_accelerator(cluster, accelerator)
+    accs = choose_accelerators(cluster, accelerator)
+    acc = accs[0] if accs else None
     cpu_entry, acc_entry = pick_entries(profile, cpu, acc)
     if cpu_entry is None:
         raise ProfileError(f"the profile has no {cpu.execution_provider} measurements of this "
                            "model at these input shapes: run onnxsplit profile")
     _check_matches(cpu_entry, graph)
-    if acc_entry is not None:
-        _check_matches(acc_entry, graph)
 
     works = cm.works(graph)
     cpu_roof = _calibrated(graph, works, cpu_entry)
     cpu_ms, cpu_src = _latencies(graph, works, cpu_entry, cpu_roof, calibrate)
-
-    acc_roof = None
-    if acc is None:
+    found = [_accelerator(graph, works, profile, spec, cpu, cpu_roof, calibrate) for spec in accs]
+    several = len(accs) > 1
+    if acc is None or several:  # (several: the paper's class is left empty, each has its own)
         acc_ms, acc_src = dict(cpu_ms), {n: "none" for n in cpu_ms}
         supported = {n.name: False for n in graph.nodes}
-    elif acc_entry is not None:
-        acc_roof = _calibrated(graph, works, acc_entry)
-        acc_ms, acc_src = _latencies(graph, works, acc_entry, acc_roof, calibrate)
-        supported = {name: t.supported for name, t in acc_entry.nodes.items()}
+        acc_entry = acc_roof = None
     else:
-        if not acc.peak_flops or not acc.memory_bandwidth:
-            ep = f" ({acc.execution_provider})" if acc.execution_provider else ""
-            raise ClusterError(
-                f"device '{acc.name}'{ep} has no measurements in the profile, so its latencies "
-                f"must be estimated: give its peak_flops and memory_bandwidth in the cluster "
-                f"file, or profile the model where {acc.execution_provider or 'it'} runs")
-        acc_roof = cm.device_roofline(acc.peak_flops, acc.memory_bandwidth, acc.call_overhead,
-                                      acc.efficiency, cpu_roof, (cpu.peak_flops, cpu.memory_bandwidth))
-        acc_ms = {n: round(acc_roof.seconds(w) * 1e3, 9) for n, w in works.items()}
-        acc_src = {n: "estimated" for n in works}
-        supported = {n: w.covered for n, w in works.items()}
-    if acc is not None:
-        for n in graph.nodes:
-            if n.op_type in acc.unsupported_ops or n.qualified_op in acc.unsupported_ops:
-                supported[n.name] = False
-
-    link = None
-    if acc is not None:
-        link = cluster.link(cpu.cls, acc.cls)
-        if link is None:
-            raise ClusterError(f"{cluster.source}: no link between '{cpu.cls}' and '{acc.cls}': "
-                               f"add {{\"between\": [\"{cpu.cls}\", \"{acc.cls}\"], "
-                               "\"bandwidth\": ..., \"latency\": ...} to 'links'")
-
+        acc_ms, acc_src, supported, acc_entry, acc_roof = found[0]
+    links = [_host_link(cluster, cpu, spec) for spec in accs]
+    link = links[0] if links else None
     ids = {n.name: i for i, n in enumerate(graph.nodes)}
     weight_bytes, colors, shared = _weights(graph, shared_weights, ids)
     nodes = []
@@ -147,11 +130,25 @@ def build_workload(
                           color_class=colors.get(n.name), size=float(size), name=n.name,
                           extra=extra))
 
+    names = [class_name(spec) for spec in accs]
+    if len(set(names)) < len(names):
+        raise ClusterError(f"{cluster.source}: accelerator names {', '.join(a.name for a in accs)} "
+                           "must differ as identifiers (letters, digits, '_')")
+    if several:  # each class's latencies, where it runs the node
+        for j, (ms, _, sup, _, _) in enumerate(found):
+            for i, n in enumerate(graph.nodes):
+                more = nodes[i].latencies + ((names[j], ms[n.name]),) if sup.get(n.name) else nodes[i].latencies
+                nodes[i] = replace(nodes[i], latencies=more)
+                nodes[i].extra["latencySource"][names[j]] = found[j][1][n.name]
     out_cost = {}
     for n in graph.nodes:
         read = [o for o in n.outputs if o and graph.tensors[o].consumers]
-        out_cost[n.name] = 0.0 if link is None else \
-            sum(link.seconds(graph.tensors[o].bytes) for o in read) * 1e3
+        if link is None:
+            out_cost[n.name] = 0.0
+        elif several:  # bytes at the first class's bandwidth; each link adds its latency per transfer
+            out_cost[n.name] = sum(graph.tensors[o].bytes for o in read) / link.bandwidth * 1e3
+        else:
+            out_cost[n.name] = sum(link.seconds(graph.tensors[o].bytes) for o in read) * 1e3
     pairs: dict[tuple[str, str], list[str]] = {}
     for e in graph.edges:
         pairs.setdefault((e.producer, e.consumer), []).append(e.tensor)
@@ -166,20 +163,80 @@ def build_workload(
         "modelHash": profile.model_hash,
         "units": {"latency": "ms", "cost": "ms", "size": "bytes"},
         "cpu": _device_meta(cpu, cpu_entry, cpu_roof, calibrate),
-        "accelerator": _device_meta(acc, acc_entry, acc_roof, calibrate) if acc is not None else None,
+        "accelerator": _device_meta(acc, acc_entry, acc_roof, calibrate) if acc is not None and not several
+        else None,
         "link": link.to_json() if link is not None else None,
         "sharedWeights": shared_weights,
         "activations": activations,
         "sharedWeightReaders": shared,
         "cluster": cluster.to_json(),
     }
+    classes, priced = (), ()
+    if several:
+        meta["classes"] = {name: _device_meta(spec, f[3], f[4], calibrate)
+                           for name, spec, f in zip(names, accs, found)}
+        classes = tuple(AcceleratorClass(name, spec.count, float(spec.memory)) for name, spec in zip(names, accs))
+        priced = _priced_links(cluster, accs, names, links)
     return Workload(
         nodes=tuple(nodes), edges=edges,
-        num_accelerators=acc.count if acc is not None else 0,
+        num_accelerators=acc.count if acc is not None and not several else 0,
         num_cpus=cpu.count,
-        accelerator_memory=float(acc.memory) if acc is not None else 0.0,
+        accelerator_memory=float(acc.memory) if acc is not None and not several else 0.0,
         extra={"onnxsplit": meta},
+        accelerator_classes=classes, links=priced,
     )
+
+
+def _host_link(cluster: Cluster, cpu: DeviceSpec, spec: DeviceSpec):
+    link = cluster.link(cpu.cls, spec.cls)
+    if link is None:
+        raise ClusterError(f"{cluster.source}: no link between '{cpu.cls}' and '{spec.cls}': "
+                           f"add {{\"between\": [\"{cpu.cls}\", \"{spec.cls}\"], "
+                           "\"bandwidth\": ..., \"latency\": ...} to 'links'")
+    return link
+
+
+def _priced_links(cluster: Cluster, accs, names, host) -> tuple[Link, ...]:
+    """Each class's host link, and a peer link for every cluster link between two
+    accelerator classes, as time per ms of transfer at the first class's host bandwidth
+    (``scale``) plus a latency per transfer (ms)."""
+    base = host[0].bandwidth
+    out = [Link(name, "cpu", base / lk.bandwidth, lk.latency * 1e3) for name, lk in zip(names, host)]
+    for i, a in enumerate(accs):
+        for j in range(i, len(accs)):
+            lk = cluster.link(a.cls, accs[j].cls)
+            if lk is not None and not (i == j and a.count < 2):
+                out.append(Link(names[i], names[j], base / lk.bandwidth, lk.latency * 1e3))
+    return tuple(out)
+
+
+def _accelerator(graph, works, profile: ModelProfile, acc: DeviceSpec, cpu: DeviceSpec, cpu_roof,
+                 calibrate: bool):
+    """(latency ms, source, supported, profile entry, roofline) of every node on one
+    accelerator: measured where the profile has its execution provider, else estimated
+    from its peaks."""
+    _, entry = pick_entries(profile, cpu, acc)
+    if entry is not None:
+        _check_matches(entry, graph)
+        roof = _calibrated(graph, works, entry)
+        ms, src = _latencies(graph, works, entry, roof, calibrate)
+        supported = {name: t.supported for name, t in entry.nodes.items()}
+    else:
+        if not acc.peak_flops or not acc.memory_bandwidth:
+            ep = f" ({acc.execution_provider})" if acc.execution_provider else ""
+            raise ClusterError(
+                f"device '{acc.name}'{ep} has no measurements in the profile, so its latencies "
+                f"must be estimated: give its peak_flops and memory_bandwidth in the cluster "
+                f"file, or profile the model where {acc.execution_provider or 'it'} runs")
+        roof = cm.device_roofline(acc.peak_flops, acc.memory_bandwidth, acc.call_overhead,
+                                  acc.efficiency, cpu_roof, (cpu.peak_flops, cpu.memory_bandwidth))
+        ms = {n: round(roof.seconds(w) * 1e3, 9) for n, w in works.items()}
+        src = {n: "estimated" for n in works}
+        supported = {n: w.covered for n, w in works.items()}
+    for n in graph.nodes:
+        if n.op_type in acc.unsupported_ops or n.qualified_op in acc.unsupported_ops:
+            supported[n.name] = False
+    return ms, src, supported, entry, roof
 
 
 def _check_matches(entry: Entry, graph: OpGraph) -> None:

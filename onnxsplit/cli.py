@@ -664,13 +664,19 @@ def _workload(args) -> int:
     sources = Counter(f"cpu {n.extra['latencySource']['cpu']}" for n in w.nodes)
     if w.num_accelerators:
         sources.update(f"accelerator {n.extra['latencySource']['acc']}" for n in w.nodes)
+    for c in w.accelerator_classes:
+        sources.update(f"{c.name} {n.extra['latencySource'][c.name]}" for n in w.nodes)
     acc = meta["accelerator"]
-    acc_txt = (f"{w.num_accelerators} x {acc['name']} ({acc['memory'] / 2**30:.1f} GiB each)"
-               if acc else "no accelerator")
+    kinds = [(w.num_accelerators, acc["name"], acc["memory"])] if acc else []
+    kinds += [(c.count, c.name, c.memory) for c in w.accelerator_classes]
+    acc_txt = ", ".join(f"{count} x {name} ({memory / 2**30:.1f} GiB each)" for count, name, memory in kinds) \
+        or "no accelerator"
     print(f"{args.output}: {w.n} nodes, {len(w.edges)} edges; {acc_txt}, {w.num_cpus} CPU cores")
+    totals = [(name, w.class_latency[c], w.class_supported[c])
+              for c, name in enumerate(w.class_names) if w.class_counts[c]]
     print(f"  total latency: CPU {sum(n.cpu_latency for n in w.nodes):.3f} ms"
-          + (f", accelerator {sum(n.acc_latency for n in w.nodes if n.supported):.3f} ms over "
-             f"{sum(n.supported for n in w.nodes)} supported nodes" if acc else ""))
+          + "".join(f", {'accelerator' if name == 'acc' else name} {float(lat[sup].sum()):.3f} ms over "
+                    f"{int(sup.sum())} supported nodes" for name, lat, sup in totals))
     print("  latencies: " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items())))
     return 0
 

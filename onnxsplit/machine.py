@@ -110,7 +110,7 @@ def split_workloads(workload, objective: str, cpu_rec: Mapping[str, Any],
     counts = [cores] if objective == "latency" else cal.thread_counts(cores)
     for t in counts:
         cpus = max(cores // t, 1) if cores else 0
-        if not workload.num_accelerators and cpus <= 1:
+        if not workload.accelerators_total and cpus <= 1:
             continue  # one CPU device alone is the whole model: a whole candidate
         lat = cal.latency_ms(cpu_rec, t)
         if lat is None:
@@ -127,8 +127,9 @@ def serial_latency(workload, assignment: Mapping[int, str]) -> float:
     """One session running the plan: every node one after another on its device, each
     tensor moved once to each other device that reads it, plus the call's own cost."""
     dev = evaluate.device_array(workload, assignment)
-    is_acc = np.array([workload.devices[d].kind == "acc" for d in dev])
-    total = float(np.where(is_acc, workload.acc_latency, workload.cpu_latency).sum())
+    cls = workload.device_class[dev]
+    total = float(np.where(cls >= 0, workload.class_latency[np.maximum(cls, 0), np.arange(workload.n)],
+                           workload.cpu_latency).sum())
     moved = set()
     index = {int(i): k for k, i in enumerate(workload.ids)}
     for e in workload.edges:

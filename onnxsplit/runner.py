@@ -117,7 +117,7 @@ def _manifest_problem(m: Mapping[str, Any]) -> str | None:
         for key in ("inputs", "outputs"):
             if (why := tensors(p.get(key), f"parts[{i}].{key}")):
                 return why
-        for key in ("threads", "replicas"):
+        for key in ("threads", "replicas", "device_id"):
             v = p.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 return f"parts[{i}].{key} must be an integer >= 0"
@@ -138,6 +138,28 @@ def _providers(ep: str, fallback_cpu: bool = False) -> list[str]:
         raise RunError(f"execution provider '{ep}' is not available here "
                        f"(available: {', '.join(present)})")
     return [ep] if ep == CPU_EP else [ep, CPU_EP]
+
+
+def _absent_devices(parts, fallback_cpu: bool) -> set[str]:
+    """Refuse, before any session is made, a plan whose parts address more devices of an
+    execution provider than this machine has (a plan for two GPUs on a one-GPU machine);
+    with ``fallback_cpu``, the names of the parts to run on the CPU instead."""
+    from .profile.devices import available_providers, device_count
+
+    present = available_providers()
+    absent = set()
+    for p in parts:
+        ep, i = p.get("execution_provider"), p.get("device_id")
+        if i is None or ep not in present:
+            continue  # (an EP that is absent is refused, or falls back, where it is loaded)
+        have = device_count(ep)
+        if have is not None and i >= have:
+            if fallback_cpu:
+                absent.add(p["name"])
+                continue
+            raise RunError(f"part {p['name']} runs on {ep} device {i}, but this machine has "
+                           f"{have} such device{'s' if have != 1 else ''} (ids 0..{have - 1})")
+    return absent
 
 
 def _check_runs_on(sess, ep: str, what: str) -> None:
@@ -227,6 +249,7 @@ class Parts:
         self.devices = list(dict.fromkeys(p["device"] for p in self.parts))
         self.sessions: list[list[Any]] = []
         self.execution_providers = []  # the EP each part runs on (the CPU's where it fell back)
+        absent = _absent_devices(self.parts, fallback_cpu)
         for p in self.parts:
             threads = p.get("threads")
             if threads is None and p["execution_provider"] == CPU_EP:
@@ -234,9 +257,12 @@ class Parts:
             level = p.get("optimization")
             opt = optimize if level is None else level == "all"
             eps = p.get("execution_providers") or [p["execution_provider"]]
-            providers = _providers(eps[0], fallback_cpu)
+            providers = [CPU_EP] if p["name"] in absent else _providers(eps[0], fallback_cpu)
             if len(eps) > 1 and providers[0] == eps[0]:
                 providers = list(dict.fromkeys(list(eps) + [CPU_EP]))
+            addressed = list(providers)
+            if p.get("device_id") is not None and providers[0] == eps[0] != CPU_EP:
+                addressed[0] = (providers[0], {"device_id": str(p["device_id"])})
             so = session_options(threads, optimize=opt)
             if threads != 1 and len(specs) > 1:
                 # a pipeline's sessions share the cores: an idle stage's intra-op threads
@@ -250,7 +276,7 @@ class Parts:
                     # enable_fallback=0: onnxruntime would otherwise print to stdout and
                     # quietly run the part on the CPU when the EP cannot be set up
                     sess = ort.InferenceSession(str(self.dir / p["file"]), so,
-                                                providers=providers, enable_fallback=0)
+                                                providers=addressed, enable_fallback=0)
                 except Exception as e:
                     raise RunError(f"part {p['name']} ({p['file']}) cannot be loaded on "
                                    f"{p['execution_provider']}: "

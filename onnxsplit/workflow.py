@@ -26,12 +26,12 @@ import numpy as np
 
 from . import calibrate, machine
 from . import export as ex
-from .build import build_workload, choose_accelerator, pick_entries, providers_needed
+from .build import build_workload, choose_accelerators, pick_entries, providers_needed
 from .cluster import Cluster
 from .errors import ClusterError, OnnxsplitError, SolveError, SplitError
 from .export import check_out, session_ready
 from .graph import OpGraph
-from .plan import Plan, read_json
+from .plan import Plan, gap_of, read_json
 from .profile import ProfileFile, available_providers, ensure_profiled
 from .profile.measure import input_feeds
 from .runner import run_parts
@@ -87,21 +87,22 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     silent = quiet or not narrate
     seconds = {}
     cluster = Cluster.from_file(devices) if devices else Cluster.detect()
-    acc = choose_accelerator(cluster, accelerator)
+    accs = choose_accelerators(cluster, accelerator)
+    acc = accs[0] if accs else None
     t = time.perf_counter()
     _say(silent, f"importing {model}")
     graph = OpGraph.from_onnx(model, input_shapes, check_runtime=True, input_fills=input_fills)
     seconds["import"] = time.perf_counter() - t
     t = time.perf_counter()
     known, cache, measured = ensure_profiled(
-        graph, providers_needed(cluster, acc), cache=profile, repeats=repeats, quiet=quiet,
+        graph, providers_needed(cluster, accs), cache=profile, repeats=repeats, quiet=quiet,
         on_measure=lambda eps: _say(silent, f"profiling {len(graph.nodes)} operators on {', '.join(eps)}"))
     if not measured:
         _say(silent, f"profile: cached in {cache}")
     seconds["profile"] = time.perf_counter() - t
     workload = build_workload(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
                               activations=activations)
-    _check_total_memory(workload, cluster, acc)
+    _check_total_memory(workload, cluster, accs)
     if not as_run:
         return Prepared(graph, cluster, acc, workload, seconds)
     t = time.perf_counter()
@@ -143,13 +144,13 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool):
     return out, unopt
 
 
-def _check_total_memory(workload, cluster, acc) -> None:
+def _check_total_memory(workload, cluster, accs) -> None:
     """Refuse a model the devices cannot hold even all together (sizes as the solver sees
     them: weights plus every output activation)."""
     cpu_memory = cluster.cpu.memory
     if not cpu_memory:
         return  # the host's memory is not limited in the cluster: the CPU can hold anything
-    capacity = cpu_memory + (acc.count * acc.memory if acc is not None else 0.0)
+    capacity = cpu_memory + sum(a.count * a.memory for a in accs)
     need = float(workload.size.sum())
     if need > capacity:
         raise ClusterError(f"the model needs {bytes_text(need)} (weights and activations) but all "
@@ -162,9 +163,12 @@ def _check_total_memory(workload, cluster, acc) -> None:
 
 def parse_pins(specs: Iterable[str], workload, accelerator) -> list[tuple[str, re.Pattern, str]]:
     """'REGEX=DEVICE' -> (spec, pattern, device class): DEVICE is ``cpu``, or the
-    accelerator's name or class (or ``acc``)."""
+    accelerator's name or class (or ``acc``); with several accelerator classes, ``acc``
+    (any of them) or a class's name."""
     out = []
     acc_names = {"acc"} | ({accelerator.name, accelerator.cls} if accelerator is not None else set())
+    if workload.accelerator_classes:
+        acc_names = {"acc"} | {c.name for c in workload.accelerator_classes if c.count}
     for spec in specs:
         rx, sep, dev = spec.rpartition("=")
         if not sep or not rx or not dev:
@@ -176,8 +180,8 @@ def parse_pins(specs: Iterable[str], workload, accelerator) -> list[tuple[str, r
         if dev == "cpu":
             kind = "cpu"
         elif dev in acc_names:
-            kind = "acc"
-            if workload.num_accelerators == 0:
+            kind = dev if workload.accelerator_classes else "acc"
+            if workload.accelerators_total == 0:
                 raise OnnxsplitError(f"--pin '{spec}': there is no accelerator to pin to")
         else:
             raise OnnxsplitError(f"--pin '{spec}': unknown device '{dev}' "
@@ -201,19 +205,31 @@ def apply_pins(workload, pins) -> tuple[Any, dict[int, str]]:
             pinned[n.id] = kind
     if not pinned:
         return workload, pinned
-    huge = 1e3 * (float(workload.cpu_latency.sum()) + float(workload.acc_latency.sum()) + 1.0)
+    huge = 1e3 * (float(workload.cpu_latency.sum()) + float(workload.class_latency.sum()) + 1.0)
     nodes = []
     for n in workload.nodes:
         kind = pinned.get(n.id)
         if kind == "cpu":
-            n = replace(n, supported=False)
-        elif kind == "acc":
-            if not n.supported:
-                raise OnnxsplitError(f"--pin: operator '{n.name}' is pinned to the accelerator "
-                                     "but the accelerator cannot run it")
+            n = replace(n, supported=False, latencies=())
+        elif kind is not None:
+            if kind != "acc":  # one class of several: the others cannot run it
+                n = replace(n, supported=n.supported and kind == "acc",
+                            latencies=tuple((c, t) for c, t in n.latencies if c == kind))
+            if not (n.supported or n.latencies):
+                raise OnnxsplitError(f"--pin: operator '{n.name}' is pinned to "
+                                     f"{'the accelerator' if kind == 'acc' else kind} but it cannot run it")
             n = replace(n, cpu_latency=huge)
         nodes.append(n)
     return replace(workload, nodes=tuple(nodes)), pinned
+
+
+def pinned_where(workload, device: str, kind: str) -> bool:
+    """Is ``device`` one a node pinned to ``kind`` (cpu, acc or a class's name) may be on."""
+    index = workload.device_index[device]
+    if kind == "cpu":
+        return not workload.is_accelerator(index)
+    return workload.is_accelerator(index) and (
+        kind == "acc" or workload.class_names[workload.device_class[index]] == kind)
 
 
 # ------------------------------------------------------------------------------- solving
@@ -222,13 +238,52 @@ def apply_pins(workload, pins) -> tuple[Any, dict[int, str]]:
 def choose_plan(workload, objective: str, method: str = "auto", time_limit: float = 30.0) -> Plan:
     """Solve: ``auto`` takes the exact DP for throughput where the lattice is small enough
     and the linearized DP otherwise; for latency the IP (warm-started) with accelerators,
-    and all on one core without (every plan is then a serial run on some core)."""
+    and all on one core without (every plan is then a serial run on some core).  With
+    several accelerator classes, ``auto`` also plans for each class alone and keeps the
+    best: a plan for all of them is never worse than one for any of them."""
+    kinds = [c for c, count in enumerate(workload.class_counts) if count]
+    if method == "auto" and len(kinds) > 1:
+        share = time_limit / (1 + len(kinds))
+        plan = _one_plan(workload, objective, method, time_limit - share * len(kinds))
+        alone = {}
+        for c in kinds:
+            other = _plan_on(workload, _alone(workload, c), objective, _one_plan(_alone(workload, c), objective,
+                                                                                   method, share))
+            alone[workload.class_names[c]] = other.value
+            if other.value is not None and (plan.value is None or other.value < plan.value * (1 - 1e-9)):
+                other.details["why"] = f"planned for {workload.class_names[c]} alone: better than for all classes"
+                if plan.lower_bound is not None:  # the bound for all classes holds for it too
+                    other.lower_bound = min(plan.lower_bound, other.value)
+                    other.gap = gap_of(other.value, other.lower_bound)
+                plan = other
+        plan.details["each_class_alone"] = alone
+        return plan
+    return _one_plan(workload, objective, method, time_limit)
+
+
+def _alone(workload, c: int):
+    """The workload with accelerators of class ``c`` only (device names unchanged)."""
+    counts = [count if i == c else 0 for i, count in enumerate(workload.class_counts)]
+    return workload.replace(num_accelerators=counts[0], accelerator_classes=tuple(
+        replace(k, count=n) for k, n in zip(workload.accelerator_classes, counts[1:])))
+
+
+def _plan_on(workload, sub, objective: str, plan: Plan) -> Plan:
+    """A plan made on ``sub`` (fewer devices, same names), re-scored on ``workload``."""
+    if plan.value is not None:
+        plan.value = evaluate.score(workload, plan.assignment, objective, plan.pieces or None).value
+        plan.lower_bound = plan.gap = None  # a bound for the one class is none for all
+        plan.status = "feasible"
+    return plan
+
+
+def _one_plan(workload, objective: str, method: str, time_limit: float) -> Plan:
     if method != "auto":
         return methods.solve(workload, objective, method, methods.options_for(method, time_limit=time_limit))
     if objective == "throughput":
         # past AUTO_IDEAL_LIMIT ideals (or the memory limit) its plan is the linearized one
         return dp.solve(workload, ideal_limit=AUTO_IDEAL_LIMIT, time_limit=time_limit)
-    if workload.num_accelerators == 0:
+    if workload.accelerators_total == 0:
         return methods.solve(workload, "latency", "all_cpu")
     return methods.solve(workload, "latency", "ip", methods.IPOptions(time_limit=time_limit))
 
@@ -391,8 +446,32 @@ def device_providers(workload, cluster, acc, cpu_threads: int = 1
         if d.kind == "cpu":
             providers[d.name], threads[d.name] = cluster.cpu.execution_provider, cpu_threads
         else:
-            providers[d.name] = acc.execution_provider or f"{acc.name} (no execution provider)"
+            spec = _spec_of(workload, cluster, acc, d.index)
+            providers[d.name] = spec.execution_provider or f"{spec.name} (no execution provider)"
     return providers, threads
+
+
+def _spec_of(workload, cluster, acc, index: int):
+    """The cluster device behind an accelerator device of the workload."""
+    classes = (workload.extra.get("onnxsplit") or {}).get("classes")
+    if not classes:
+        return acc
+    return cluster.device(classes[workload.class_names[workload.device_class[index]]]["name"])
+
+
+def device_ids(workload, cluster, acc) -> dict[str, int]:
+    """Accelerator device name -> the device id its execution provider addresses: devices
+    of one class numbered in order, after those of earlier classes on the same provider
+    (an A100 and an L4 class, both CUDA: cuda:0 is the A100)."""
+    out, used = {}, {}
+    for d in workload.devices:
+        if d.kind == "cpu":
+            continue
+        ep = _spec_of(workload, cluster, acc, d.index).execution_provider
+        out[d.name] = used.get(ep, 0)
+        used[ep] = out[d.name] + 1
+    return out
+
 
 
 def plan_file_json(plan: Plan, graph) -> dict[str, Any]:
@@ -478,7 +557,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
     violations = evaluate.check(workload, plan.assignment)
     for nid, kind in (pinned or {}).items():
         dev = plan.assignment[nid]
-        if not dev.startswith(kind):
+        if not pinned_where(workload, dev, kind):
             violations.append(f"operator '{graph.nodes[nid].name}' is pinned to {kind} but "
                               f"placed on {dev}")
     providers, threads = device_providers(workload, prep.cluster, prep.accelerator,
@@ -523,7 +602,8 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                                                         "lower_bound", "gap")},
                          files={PLAN_FILE: json.dumps(plan_obj, indent=1) + "\n"}, force=force,
                          optimization=execution.get("optimization"), replicas=replicas,
-                         session=session, before_swap=check)
+                         session=session, before_swap=check,
+                         device_ids=device_ids(workload, prep.cluster, prep.accelerator))
     seconds["export"] = time.perf_counter() - t - seconds.get("verify", 0.0)
     result: dict[str, Any] = {
         "out": str(exported.out),
@@ -595,8 +675,10 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
     pin_specs = parse_pins(pins, prep.workload, prep.accelerator)
     pinned_workload, pinned = apply_pins(prep.workload, pin_specs)
     t = time.perf_counter()
-    _say(quiet, f"solving for {objective} ({prep.workload.n} operators, "
-                f"{prep.workload.num_accelerators} accelerators, {prep.workload.num_cpus} CPU cores)")
+    w = prep.workload
+    accs = ", ".join(f"{count} {name}" for name, count in zip(w.class_names, w.class_counts) if count) \
+        if w.accelerator_classes else f"{w.num_accelerators} accelerators"
+    _say(quiet, f"solving for {objective} ({w.n} operators, {accs or '0 accelerators'}, {w.num_cpus} CPU cores)")
     cand = choose(prep, pinned_workload, objective, method, time_limit, pinned=bool(pinned))
     prep.seconds["solve"] = time.perf_counter() - t
     return write_parts(prep, cand.plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,

@@ -291,6 +291,9 @@ class Workload:
                 out.append(f"{where}: count must be an integer >= 0, got {c.count!r}")
             if not _finite_nonneg(c.memory):
                 out.append(f"{where}: memory must be a finite number >= 0, got {c.memory!r}")
+        firsts = [c.device_name(0) for c in self.accelerator_classes if isinstance(c.name, str) and c.name]
+        for name in set(firsts) & ({"acc0", "cpu0"} | {x for x in firsts if firsts.count(x) > 1}):
+            out.append(f"accelerator classes: two classes would both name a device '{name}'")
         pairs: set[frozenset] = set()
         for lk in self.links:
             where = f"link {lk.a}-{lk.b}"

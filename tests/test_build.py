@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 
 from onnx_models import TINY_BERT, TINY_BERT_SHAPES, mlp, shared_weight
@@ -137,10 +138,10 @@ def test_cluster_problems_for_a_workload(tiny, tmp_path):
         build_workload(graph, prof, no_link)
     two = Cluster.from_dict({"devices": CLUSTER["devices"] + [{**GPU, "name": "a100", "class": "big"}],
                              "links": [LINK, {**LINK, "between": ["cpu", "big"]}]})
-    with pytest.raises(ClusterError, match="--accelerator"):
-        build_workload(graph, prof, two)
+    both = build_workload(graph, prof, two)  # every accelerator class at once (test_multi_class.py)
+    assert both.class_names == ("acc", "t4", "a100") and [d.name for d in both.devices][:3] == ["t4_0", "t4_1", "a100_0"]
     w = build_workload(graph, prof, two, accelerator="a100")
-    assert w.extra["onnxsplit"]["accelerator"]["name"] == "a100"
+    assert w.extra["onnxsplit"]["accelerator"]["name"] == "a100" and not w.multi_class
     no_peaks = Cluster.from_dict({"devices": [CLUSTER["devices"][0],
                                               {k: v for k, v in GPU.items() if k != "peak_flops"}],
                                   "links": [LINK]})
@@ -267,3 +268,65 @@ def test_cli_workload_errors_are_one_line(tmp_path, capsys, cache_dir, extra, wo
     assert rc == 2, err
     assert err.startswith("onnxsplit: error: ") and err.count("\n") == 1, err
     assert all(w in err for w in words), err
+
+
+def test_a_server_of_three_accelerator_kinds(tiny):
+    """Two GPU kinds with a peer link and an NPU that cannot run Softmax, all estimated:
+    one workload with three accelerator classes, each link priced by its bandwidth."""
+    graph, prof, _ = tiny
+    l4 = {**GPU, "name": "l4", "class": "l4", "count": 1, "peak_flops": "30TFLOP/s", "memory_bandwidth": "640GB/s"}
+    npu = {"name": "npu", "count": 1, "memory": "8GiB", "peak_flops": "10TFLOP/s", "memory_bandwidth": "100GB/s",
+           "unsupported_ops": ["Softmax"]}
+    cluster = Cluster.from_dict({"devices": CLUSTER["devices"] + [l4, npu],
+                                 "links": [LINK, {**LINK, "between": ["cpu", "l4"]},
+                                           {"between": ["cpu", "npu"], "bandwidth": "4GB/s", "latency": "20us"},
+                                           {"between": ["gpu", "l4"], "bandwidth": "48GB/s", "latency": "5us"},
+                                           {"between": ["gpu", "gpu"], "bandwidth": "300GB/s", "latency": "2us"}]})
+    w = build_workload(graph, prof, cluster)
+    # the paper's class left empty: each accelerator is a class named after it
+    assert w.class_names == ("acc", "t4", "l4", "npu") and w.class_counts == (0, 2, 1, 1)
+    assert [d.name for d in w.devices] == ["t4_0", "t4_1", "l4_0", "npu0", "cpu0", "cpu1"]
+    softmax = [i for i, n in enumerate(w.nodes) if n.extra["opType"] == "Softmax"]
+    assert softmax and not w.class_supported[3, softmax].any() and w.class_supported[1:3, softmax].all()
+    assert (w.class_latency[2] <= w.class_latency[1] + 1e-12).all()  # the L4's peaks are higher here
+    host = {lk.a: (lk.scale, lk.latency) for lk in w.links if lk.b == "cpu"}
+    assert host == {"t4": (1.0, 0.01), "l4": (1.0, 0.01), "npu": (3.0, 0.02)}
+    peers = {(lk.a, lk.b): (lk.scale, lk.latency) for lk in w.links if lk.peer}
+    assert peers == {("t4", "t4"): (0.04, 0.002), ("t4", "l4"): (0.25, 0.005)}
+    u = int(np.argmax(w.out_cost))
+    assert w.staged_cost(3, u) == pytest.approx(0.02 + 3 * w.out_cost[u])
+    again = Workload.from_paper_json(json.loads(json.dumps(w.to_paper_json())))
+    assert again == w and again.links == w.links
+
+
+SERVER = {"devices": [{"name": "host", "class": "cpu", "count": 2}, GPU,
+                      {**GPU, "name": "l4", "class": "l4", "count": 1},
+                      {"name": "npu", "count": 1, "memory": "8GiB", "execution_provider": "OpenVINOExecutionProvider",
+                       "peak_flops": "10TFLOP/s", "memory_bandwidth": "100GB/s", "unsupported_ops": ["Softmax"]}],
+          "links": [LINK, {**LINK, "between": ["cpu", "l4"]},
+                    {"between": ["cpu", "npu"], "bandwidth": "4GB/s", "latency": "20us"},
+                    {"between": ["gpu", "gpu"], "bandwidth": "300GB/s", "latency": "2us"}]}
+
+
+@pytest.mark.parametrize("objective", ["throughput", "latency"])
+def test_main_command_plans_for_every_class_at_once(tiny, tmp_path, capsys, objective):
+    """Three accelerator kinds absent here: the plan names their devices, each part the
+    device id its provider addresses; the parts are checked on the CPU (--fallback-cpu style)."""
+    _, _, cache = tiny
+    cfile = tmp_path / "server.json"
+    cfile.write_text(json.dumps(SERVER))
+    out = tmp_path / "parts"
+    rc = main([str(TINY_BERT), *SHAPE_ARGS, "--profile", str(cache), "--devices", str(cfile), "--out", str(out),
+               "--objective", objective, "--method", "ip", "--time-limit", "20"])
+    o, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "2 t4, 1 l4, 1 npu, 2 CPU cores" in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    ids = {p["device"]: p.get("device_id") for p in manifest["parts"]}
+    want = {"t4_0": 0, "t4_1": 1, "l4_0": 2, "npu0": 0}  # the L4 after the T4s on CUDA
+    assert all(ids[d] == want[d] for d in ids if d in want) and all(d in want or d.startswith("cpu") for d in ids)
+    assert "verify: max abs error" in o
+    rc = main(["workload", str(TINY_BERT), *SHAPE_ARGS, "--profile", str(cache), "--devices", str(cfile),
+               "-o", str(tmp_path / "w.json")])
+    o, _ = capsys.readouterr()
+    assert rc == 0 and "2 x t4 (16.0 GiB each), 1 x l4 (16.0 GiB each), 1 x npu (8.0 GiB each)" in o

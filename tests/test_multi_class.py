@@ -239,3 +239,38 @@ def test_onnxruntime_and_openvino_baselines_take_the_classes_in_priority_order()
     for name in ("dp", "ip", "all_cpu"):
         plan = methods.solve(w, "throughput", name)
         assert plan.value == pytest.approx(bf.max_load(bf.view(TWO_KINDS), plan.assignment))
+
+
+# ---- the main command on a server of several kinds ---------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(0, 30))
+@pytest.mark.parametrize("objective", ["throughput", "latency"])
+def test_auto_plan_is_never_worse_than_any_class_alone(seed, objective):
+    from onnxsplit import workflow
+
+    w = Workload.from_paper_json(make(seed))
+    plan = workflow.choose_plan(w, objective, "auto", time_limit=10)
+    kinds = [c for c, count in enumerate(w.class_counts) if count]
+    for c in kinds:
+        alone = workflow.choose_plan(workflow._alone(w, c), objective, "auto", time_limit=10)
+        if alone.value is not None:
+            assert plan.value is not None
+            assert plan.value <= evaluate.score(w, alone.assignment, objective, alone.pieces or None).value * (1 + 1e-9)
+    if plan.value is not None:
+        assert evaluate.check(w, plan.assignment) == []
+        assert plan.value == pytest.approx(evaluate.score(w, plan.assignment, objective, plan.pieces or None).value)
+
+
+def test_a_plan_naming_more_devices_than_the_machine_has_is_refused_before_it_runs(monkeypatch):
+    from onnxsplit import runner
+    from onnxsplit.runner import RunError
+    from onnxsplit.profile import devices
+
+    monkeypatch.setattr(devices, "available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(devices, "device_count", lambda ep: 1)
+    parts = [{"name": "part0_a100_0", "execution_provider": "CUDAExecutionProvider", "device_id": 0},
+             {"name": "part1_a100_1", "execution_provider": "CUDAExecutionProvider", "device_id": 1}]
+    with pytest.raises(RunError, match=r"part part1_a100_1 runs on CUDAExecutionProvider device 1, but this "
+                                       r"machine has 1 such device \(ids 0..0\)"):
+        runner._absent_devices(parts, fallback_cpu=False)
+    assert runner._absent_devices(parts, fallback_cpu=True) == {"part1_a100_1"}

@@ -109,6 +109,14 @@ def gpu_names() -> list[str]:
     return _nvidia_smi("name")
 
 
+def device_count(ep: str) -> int | None:
+    """How many devices this machine has for an execution provider that addresses them by
+    ``device_id`` (NVIDIA's, counted by nvidia-smi); None where it cannot tell."""
+    if ep in ("CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider"):
+        return len(gpu_names())
+    return None
+
+
 def gpu_memory_bytes() -> list[int]:
     out = []
     for v in _nvidia_smi("memory.total"):  # MiB
