@@ -135,12 +135,7 @@ class Cluster:
                 notes.append(f"memory of '{klass}' ({ep}) unknown: set it in a cluster file")
             found.append(DeviceSpec(name=klass, cls=klass, count=count, execution_provider=ep,
                                     memory=memory))
-            # PCIe 3.0 x16 as seen by an application, and a typical copy-call latency (an
-            # H100 machine, through onnxruntime's CUDA EP: an Identity call 37 us with no
-            # data, 13.97 ms for 64 MB in and out, so about 9.2 GB/s each way)
-            links.append(LinkSpec(CPU_CLASS, klass, 12e9, 10e-6))
-            notes.append(f"link cpu-{klass} assumed 12 GB/s, 10 us: measure and set it in a "
-                         "cluster file")
+            links += _measured_links(ep, klass, count, notes)
         return cls(tuple(found), tuple(links), "detected", tuple(notes))
 
     @classmethod
@@ -208,6 +203,35 @@ class Cluster:
                 raise ClusterError(f"{where}: links[{i}]: a second link between '{lk.a}' and '{lk.b}'")
             seen.add(key)
         return cls(tuple(devs), tuple(links), where, tuple(notes))
+
+
+def _measured_links(ep: str, klass: str, count: int, notes: list[str]) -> list[LinkSpec]:
+    """The host link of a detected accelerator class, and (two devices or more) the link
+    between two of its devices: measured with onnxruntime's copies where it addresses the
+    devices, else the host link assumed, and a note saying which."""
+    from .profile import devices as dv
+    from .profile import links as measure
+
+    device = dv.ORTVALUE_DEVICE.get(ep)
+    host = measure.host_link(device) if device else None
+    if host is None:
+        # PCIe 3.0 x16 as seen by an application, and a typical copy-call latency (an
+        # H100 machine, through onnxruntime's CUDA EP: an Identity call 37 us with no
+        # data, 13.97 ms for 64 MB in and out, so about 9.2 GB/s each way)
+        notes.append(f"link cpu-{klass} assumed 12 GB/s, 10 us: measure and set it in a cluster file")
+        return [LinkSpec(CPU_CLASS, klass, 12e9, 10e-6)]
+    out = [LinkSpec(CPU_CLASS, klass, *host)]
+    notes.append(f"link cpu-{klass} measured: {host[0] / 1e9:.3g} GB/s, {host[1] * 1e6:.3g} us")
+    if count > 1:
+        peer = measure.peer_link(ep, device, 0, 1)
+        if peer is not None:
+            out.append(LinkSpec(klass, klass, *peer))
+            notes.append(f"link {klass}-{klass} (device 0 to 1) measured: {peer[0] / 1e9:.3g} GB/s, "
+                         f"{peer[1] * 1e6:.3g} us")
+        else:
+            notes.append(f"link {klass}-{klass} not measured: transfers between its devices priced "
+                         "through host memory")
+    return out
 
 
 # ------------------------------------------------------------------------ field parsing

@@ -274,3 +274,34 @@ def test_a_plan_naming_more_devices_than_the_machine_has_is_refused_before_it_ru
                                        r"machine has 1 such device \(ids 0..0\)"):
         runner._absent_devices(parts, fallback_cpu=False)
     assert runner._absent_devices(parts, fallback_cpu=True) == {"part1_a100_1"}
+
+
+# ---- detected links: measured, not assumed -------------------------------------------------------------
+
+def test_link_fit_reads_latency_and_bandwidth():
+    from onnxsplit.profile import links
+
+    bw, lat = links.fit(20e-6, 20e-6 + (links.LARGE - links.SMALL) / 25e9)
+    assert bw == pytest.approx(25e9) and lat == pytest.approx(20e-6)
+    assert links.fit(1e-3, 1e-3) is None and links.fit(-1.0, 1.0) is None
+    calls = []
+    assert links.median_time(lambda: calls.append(1), repeats=3) >= 0 and len(calls) == 4
+    assert links.host_link("no-such-device") is None
+
+
+def test_detected_cluster_carries_measured_links(monkeypatch):
+    from onnxsplit.cluster import Cluster
+    from onnxsplit.profile import devices, links
+
+    monkeypatch.setattr(devices, "available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(devices, "gpu_names", lambda: ["H100", "H100"])
+    monkeypatch.setattr(devices, "gpu_memory_bytes", lambda: [80 << 30, 80 << 30])
+    monkeypatch.setattr(links, "host_link", lambda device, device_id=0: (25e9, 12e-6) if device == "cuda" else None)
+    monkeypatch.setattr(links, "peer_link", lambda ep, device, a, b: (300e9, 3e-6))
+    c = Cluster.detect()
+    gpu = c.accelerators[0]
+    assert gpu.count == 2 and c.link("cpu", gpu.cls).bandwidth == 25e9 and c.link(gpu.cls, gpu.cls).latency == 3e-6
+    assert any("measured: 25 GB/s, 12 us" in n for n in c.notes) and not any("assumed" in n for n in c.notes)
+    monkeypatch.setattr(links, "host_link", lambda device, device_id=0: None)
+    c = Cluster.detect()
+    assert c.link("cpu", gpu.cls).bandwidth == 12e9 and any("assumed" in n for n in c.notes)
