@@ -535,13 +535,14 @@ def _compare(args) -> int:
         print(json.dumps({"objective": args.objective, "best_lower_bound": bound, "methods": rows,
                           "onnxruntime": whole}))
         return 0
-    print(f"{args.objective}: {workload.n} nodes, {workload.num_accelerators} accelerators, "
-          f"{workload.num_cpus} CPU cores; best proven lower bound: {bound:.6g}" if bound is not None else
+    print(f"{args.objective}: {workload.n} nodes, {workload.device_summary()}; "
+          f"best proven lower bound: {bound:.6g}" if bound is not None else
           f"{args.objective}: no method proved a lower bound")
     print(f"  {'method':<16} {'status':<11} {'value':>12} {'vs bound':>9} {'seconds':>8}")
     for r in result["rows"]:
         if "error" in r:
-            print(f"  {r['method']:<16} {'-':<11} {'-':>12} {'-':>9} {'-':>8}  {r['error']}")
+            why = "the paper's model only" if "takes the paper's model only" in r["error"] else r["error"]
+            print(f"  {r['method']:<16} {'-':<11} {'-':>12} {'-':>9} {'-':>8}  {why}")
             continue
         p = r["plan"]
         value = f"{p.value:>12.6g}" if p.value is not None else f"{'-':>12}"

@@ -273,8 +273,7 @@ def render(workload: Workload, rows: Sequence[dict], objective: str, bound: floa
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{_esc(title)}</title>
 <style>{CSS}</style></head><body>
 <h1>{_esc(title)}</h1>
-<p class="muted">{objective}: {workload.n} operators, {workload.num_accelerators} accelerators{memory},
-{workload.num_cpus} CPU cores</p>
+<p class="muted">{objective}: {workload.n} operators, {_esc(workload.device_summary())}{memory}</p>
 <p class="summary">{summary}</p>
 <h2>Methods against the best proven bound ({unit})</h2>
 {methods_svg(rows, bound)}

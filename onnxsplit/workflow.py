@@ -675,10 +675,7 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
     pin_specs = parse_pins(pins, prep.workload, prep.accelerator)
     pinned_workload, pinned = apply_pins(prep.workload, pin_specs)
     t = time.perf_counter()
-    w = prep.workload
-    accs = ", ".join(f"{count} {name}" for name, count in zip(w.class_names, w.class_counts) if count) \
-        if w.accelerator_classes else f"{w.num_accelerators} accelerators"
-    _say(quiet, f"solving for {objective} ({w.n} operators, {accs or '0 accelerators'}, {w.num_cpus} CPU cores)")
+    _say(quiet, f"solving for {objective} ({prep.workload.n} operators, {prep.workload.device_summary()})")
     cand = choose(prep, pinned_workload, objective, method, time_limit, pinned=bool(pinned))
     prep.seconds["solve"] = time.perf_counter() - t
     return write_parts(prep, cand.plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,

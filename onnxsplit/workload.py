@@ -316,6 +316,14 @@ class Workload:
         """Beyond the paper's model: further accelerator classes, or links pricing transfers."""
         return bool(self.accelerator_classes or self.links)
 
+    def device_summary(self) -> str:
+        """"2 accelerators, 2 CPU cores" (the paper's model) or "2 t4, 1 npu, 2 CPU cores"."""
+        if self.accelerator_classes:
+            accs = ", ".join(f"{count} {name}" for name, count in zip(self.class_names, self.class_counts) if count)
+        else:
+            accs = f"{self.num_accelerators} accelerators"
+        return f"{accs or '0 accelerators'}, {self.num_cpus} CPU cores"
+
     @cached_property
     def class_names(self) -> tuple[str, ...]:
         """Accelerator classes, the paper's ``acc`` first."""

@@ -305,3 +305,18 @@ def test_detected_cluster_carries_measured_links(monkeypatch):
     monkeypatch.setattr(links, "host_link", lambda device, device_id=0: None)
     c = Cluster.detect()
     assert c.link("cpu", gpu.cls).bandwidth == 12e9 and any("assumed" in n for n in c.notes)
+
+
+@pytest.mark.parametrize("seed", range(0, 60))
+def test_classes_bound_holds_for_every_plan(seed):
+    from onnxsplit.solve.throughput.bounds import classes_lower_bound, unit_times
+
+    data = make(seed)
+    w = Workload.from_paper_json(data)
+    best = brute_max_load(data)
+    label = w.color_class
+    bound = classes_lower_bound(unit_times(w, label, int(label.max()) + 1))
+    assert bound >= 0 and (best is None or bound <= best * (1 + 1e-9) + 1e-12), dump(data)
+    plan = dp.solve(w)
+    if plan.lower_bound is not None and best is not None:
+        assert plan.lower_bound <= best * (1 + 1e-9) + 1e-12 or plan.status == "optimal"

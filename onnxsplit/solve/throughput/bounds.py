@@ -29,6 +29,29 @@ def max_load_lower_bound(w: Workload) -> float:
     return packing_bound(*build_classes(w).device_costs(), w.num_accelerators, w.num_cpus)
 
 
+def unit_times(w: Workload, of_node: np.ndarray, units: int) -> np.ndarray:
+    """(device, unit) -> the unit's (colour class's) time on that device, inf where the
+    device cannot run all of it: every device of every accelerator class, then the cores."""
+    k = w.accelerators_total
+    out = np.full((len(w.devices), units), np.inf)
+    for d in range(len(w.devices)):
+        times = np.bincount(of_node, weights=w.device_latency(d), minlength=units)
+        ok = np.ones(units, dtype=bool) if d >= k else np.bincount(
+            of_node, weights=(~w.class_supported[w.device_class[d]]).astype(float), minlength=units) == 0
+        out[d] = np.where(ok, times, np.inf)
+    return out
+
+
+def classes_lower_bound(lat: np.ndarray) -> float:
+    """With several accelerator classes (``lat``: :func:`unit_times`): no plan beats its
+    largest unit on that unit's cheapest device, nor the least total work spread over every
+    device.  0 where a unit runs nowhere."""
+    cheapest = lat.min(axis=0, initial=np.inf)
+    if not np.isfinite(cheapest).all():
+        return 0.0
+    return float(max(cheapest.max(initial=0.0), cheapest.sum() / max(1, lat.shape[0])))
+
+
 def work_bound(acc: np.ndarray, cpu: np.ndarray, k: int, l: int) -> float:
     """Every unit costs at least its cheaper device's time: the largest such cost and the
     average over all devices are bounds."""

@@ -26,6 +26,7 @@ from ...workload import Workload
 from .. import anytime, evaluate, preprocess
 from ..classes import tensor_hyperedges
 from . import lattice
+from .bounds import classes_lower_bound, unit_times
 
 
 @dataclass(frozen=True)
@@ -308,7 +309,11 @@ def solve(w: Workload, linear_only: bool = False, ideal_limit: int = lattice.DEF
         raise SolveError(f"internal error: DP value {best[0]} but the evaluator scores the plan {scored}")
     exact = proven and not w.peer_links
     status = "optimal" if exact else ("time_limit" if timed_out else "feasible")
-    bound = scored if exact else None
+    if exact:
+        bound = scored
+    else:  # (only what holds for every plan, contiguous or not)
+        label = w.color_class
+        bound = min(scored, classes_lower_bound(unit_times(w, label, int(label.max(initial=-1)) + 1))) or None
     return Plan("throughput", method, status, scored, assignment, lower_bound=bound, gap=gap_of(scored, bound),
                 seconds=time.perf_counter() - start, stages=stages,
                 details={**details, "contiguous": True, "dp_value": best[0]})

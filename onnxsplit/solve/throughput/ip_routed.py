@@ -26,6 +26,7 @@ from ..classes import build_classes
 from ..finish import status_label
 from ..milp import add_contiguity, crossing, finite, new_model, optimize
 from . import dp_classes
+from .bounds import classes_lower_bound, unit_times
 
 
 def tensor_groups(w: Workload, of_node: np.ndarray) -> list[tuple[int, tuple[int, ...], float, int]]:
@@ -42,15 +43,6 @@ def tensor_groups(w: Workload, of_node: np.ndarray) -> list[tuple[int, tuple[int
     return [(s, m, c, n) for (s, m), (c, n) in merged.items()]
 
 
-def unit_floor(w: Workload, lat: np.ndarray) -> float:
-    """No plan beats the largest unit's cheapest device, nor the least total work spread
-    over every device (``lat``: (device, unit) time, inf where it cannot run)."""
-    cheapest = lat.min(axis=0)
-    if not np.isfinite(cheapest).all():
-        return 0.0
-    return float(max(cheapest.max(initial=0.0), cheapest.sum() / max(1, len(w.devices))))
-
-
 def solve(w: Workload, *, contiguous: bool = False, split_passes: bool = False, time_limit: float = 60.0,
           solver: str = "highs", warm_start: dict[int, str] | None = None, gap: float = 0.001,
           threads: int | None = None, verbose: bool = False) -> Plan:
@@ -65,14 +57,8 @@ def solve(w: Workload, *, contiguous: bool = False, split_passes: bool = False, 
     of_node = cl.of_node
     k, ndev = w.accelerators_total, len(w.devices)
     units = cl.n
-    can = np.zeros((ndev, units), dtype=bool)
-    lat = np.full((ndev, units), np.inf)
-    for d in range(ndev):
-        row = w.device_latency(d)
-        times = np.bincount(of_node, weights=row, minlength=units)
-        ok = np.ones(units, dtype=bool) if d >= k else \
-            np.bincount(of_node, weights=(~w.class_supported[w.device_class[d]]).astype(float), minlength=units) == 0
-        can[d], lat[d] = ok, np.where(ok, times, np.inf)
+    lat = unit_times(w, of_node, units)
+    can = np.isfinite(lat)
     model = new_model(solver, gap, verbose)
     if threads:
         model.threads = threads
@@ -131,7 +117,7 @@ def solve(w: Workload, *, contiguous: bool = False, split_passes: bool = False, 
                 model += copy >= xv(src, d) + needs[b] - 1
                 loads[d].append(price * copy)
                 loads[b].append(price * copy)
-    floor = unit_floor(w, lat)
+    floor = classes_lower_bound(lat)
     T = model.add_var(lb=floor)
     for d in range(ndev):
         model += T >= mip.xsum(loads[d])
