@@ -141,7 +141,7 @@ def _kernel(pre_lat, pre_uns, pre_mem, down_ptr, down_ideal, down_item, h_ptr, h
         st_item[0] = -1
         while depth >= 0:
             steps += 1
-            if (steps & 0xFFFFF) == 0:
+            if (steps & 0xFFFF) == 0:
                 with objmode(now="float64"):
                     now = _clock()
                 if now > deadline:
