@@ -317,7 +317,7 @@ def test_main_command_plans_for_every_class_at_once(tiny, tmp_path, capsys, obje
     cfile.write_text(json.dumps(SERVER))
     out = tmp_path / "parts"
     rc = main([str(TINY_BERT), *SHAPE_ARGS, "--profile", str(cache), "--devices", str(cfile), "--out", str(out),
-               "--objective", objective, "--method", "ip", "--time-limit", "20"])
+               "--objective", objective, "--time-limit", "10"])
     o, err = capsys.readouterr()
     assert rc == 0, err
     assert "2 t4, 1 l4, 1 npu, 2 CPU cores" in err
