@@ -424,14 +424,15 @@ def best_single_device(workload) -> dict[str, Any]:
     options = []
     if workload.num_cpus:
         options.append(("cpu0", float(workload.cpu_latency.sum())))
-    if workload.num_accelerators and workload.supported.all() and \
-            workload.size.sum() <= workload.accelerator_memory:
-        options.append(("acc0", float(workload.acc_latency.sum())))
+    for c, count in enumerate(workload.class_counts):  # the first device of each class
+        if count and workload.class_supported[c].all() and workload.size.sum() <= workload.class_memory[c]:
+            first = workload.devices[int(workload.device_class.tolist().index(c))].name
+            options.append((first, float(workload.class_latency[c].sum())))
     if not options:
         return {"device": None, "latency_ms": None, "throughput_per_s": None}
     dev, ms = min(options, key=lambda o: o[1])
     return {"device": dev, "latency_ms": ms, "throughput_per_s": 1e3 / ms if ms > 0 else None,
-            "method": "all_cpu" if dev == "cpu0" else "one_accelerator"}
+            "method": "all_cpu" if dev.startswith("cpu") else "one_accelerator"}
 
 
 # ---------------------------------------------------------------------- export + verify

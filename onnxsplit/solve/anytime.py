@@ -98,7 +98,9 @@ def within(time_limit: float | None, workload: Workload, objective: str, method:
     if "plan" in outcome:  # it finished as it was told to stop: its own plan
         return outcome["plan"]
     if offers.best is None:  # the model whole on one device, where that is a valid plan
-        for device in ("cpu0", "acc0"):
+        firsts = [workload.devices[int(workload.device_class.tolist().index(c))].name
+                  for c, count in enumerate(workload.class_counts) if count]
+        for device in ["cpu0"] * bool(workload.num_cpus) + firsts:
             offers.offer({int(i): device for i in workload.ids}, f"the fallback: all on {device}")
             if offers.best is not None:
                 break
