@@ -258,6 +258,9 @@ def _parser() -> argparse.ArgumentParser:
     rn.add_argument("--samples", type=_at_least(1), default=50, metavar="N", help="timed samples (default 50)")
     rn.add_argument("--warmup", type=_at_least(0), default=5, metavar="N", help="untimed samples first (default 5)")
     rn.add_argument("--no-measure", action="store_true", help="only verify the outputs")
+    rn.add_argument("--fallback-cpu", action="store_true",
+                    help="run a part whose execution provider or device this machine lacks on the CPU "
+                         "(its outputs are checked; its timings are not the plan's)")
 
     dv = sub.add_parser("devices", help="print this machine's cluster spec",
                         description="Print this machine's devices and links as a cluster spec "
@@ -393,7 +396,7 @@ def _run(args) -> int:
     from .runner import run_parts
 
     result = run_parts(args.parts, model=args.model, samples=args.samples, warmup=args.warmup,
-                       measure=not args.no_measure)
+                       measure=not args.no_measure, fallback_cpu=args.fallback_cpu)
     bad = not result["verify"]["ok"]
     if bad:  # also on stderr: a script sees why the exit status is 1
         v = result["verify"]
@@ -406,6 +409,9 @@ def _run(args) -> int:
     how = "one onnxruntime session (annotated.onnx)" if result["run_as"] == "session" else \
         f"{len(result['parts'])} part(s) on {', '.join(result['devices'])}"
     print(f"{result['parts_dir']}: runs as {how}")
+    moved = result.get("fell_back") or []
+    if moved:
+        print(f"fallback: {', '.join(moved)} ran on the CPU (absent here): the timings below are not the plan's")
     print(f"verify: max abs error {v['max_abs_error']:.2g}, max rel error {v['max_rel_error']:.2g} "
           f"over {v['outputs']} outputs" + ("" if v["ok"] else " -- ABOVE " + _tolerance_text(v)))
     if "assignment" in result:

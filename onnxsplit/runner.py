@@ -784,6 +784,8 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
         "parts": [p["name"] for p in parts.parts],
         "devices": parts.devices,
         "execution_providers": dict(zip((p["name"] for p in parts.parts), parts.execution_providers)),
+        "fell_back": [p["name"] for p, ep in zip(parts.parts, parts.execution_providers)
+                      if ep != p["execution_provider"]],
         "verify": verify,
         "predicted": parts.manifest.get("predicted"),
     }

@@ -326,6 +326,13 @@ def test_main_command_plans_for_every_class_at_once(tiny, tmp_path, capsys, obje
     want = {"t4_0": 0, "t4_1": 1, "l4_0": 2, "npu0": 0}  # the L4 after the T4s on CUDA
     assert all(ids[d] == want[d] for d in ids if d in want) and all(d in want or d.startswith("cpu") for d in ids)
     assert "verify: max abs error" in o
+    accelerated = [p["name"] for p in manifest["parts"] if not p["device"].startswith("cpu")]
+    if accelerated:  # absent here: refused in one line, or (--fallback-cpu) checked on the CPU
+        assert main(["run", str(out), "--samples", "2", "--warmup", "0"]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+        rc = main(["run", str(out), "--samples", "2", "--warmup", "0", "--fallback-cpu"])
+        o, _ = capsys.readouterr()
+        assert rc == 0 and f"fallback: {', '.join(accelerated)} ran on the CPU" in o
     rc = main(["workload", str(TINY_BERT), *SHAPE_ARGS, "--profile", str(cache), "--devices", str(cfile),
                "-o", str(tmp_path / "w.json")])
     o, _ = capsys.readouterr()
