@@ -14,18 +14,23 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
 
+# the tests also run what optional extras give (Ray: the engine and the server)
+$(VENV)/.installed-extras: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e ".[test,ray]"
+	touch $@
+
 demo: $(VENV)/.installed
 	$(BIN)/onnxsplit $(DEMO_MODEL) $(DEMO_SHAPES) --out $(VENV)/demo_parts --force
 	@echo
 	@echo "The result, measured beside onnxruntime's own sessions on the same inputs:"
 	$(BIN)/onnxsplit run $(VENV)/demo_parts --samples 200
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed-extras
 	$(BIN)/python -m pytest
 
 # the quick tier, under a minute: no slow tests, no paper workloads, 3 seeds a randomised test
 # (tiers and how the slow list is made: tests/conftest.py)
-test-quick: $(VENV)/.installed
+test-quick: $(VENV)/.installed-extras
 	ONNXSPLIT_TEST_SEEDS=3 $(BIN)/python -m pytest -m "not slow and not paper" --durations=5
 
 clean:

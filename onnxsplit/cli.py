@@ -258,6 +258,10 @@ def _parser() -> argparse.ArgumentParser:
     rn.add_argument("--samples", type=_at_least(1), default=50, metavar="N", help="timed samples (default 50)")
     rn.add_argument("--warmup", type=_at_least(0), default=5, metavar="N", help="untimed samples first (default 5)")
     rn.add_argument("--no-measure", action="store_true", help="only verify the outputs")
+    rn.add_argument("--engine", choices=("threads", "ray"), default="threads",
+                    help="threads: this process (default); ray: one Ray actor per part")
+    rn.add_argument("--address", metavar="ADDR",
+                    help="with --engine ray: a running Ray cluster to join (default: start a local one)")
     rn.add_argument("--fallback-cpu", action="store_true",
                     help="run a part whose execution provider or device this machine lacks on the CPU "
                          "(its outputs are checked; its timings are not the plan's)")
@@ -393,10 +397,18 @@ def _tolerance_text(verify: dict) -> str:
 
 
 def _run(args) -> int:
-    from .runner import run_parts
+    if args.address and args.engine != "ray":
+        from .errors import OnnxsplitError
 
+        raise OnnxsplitError("--address needs --engine ray")
+    if args.engine == "ray":
+        from .ray_engine import run_parts
+    else:
+        from .runner import run_parts
+
+    extra = {"address": args.address} if args.engine == "ray" else {}
     result = run_parts(args.parts, model=args.model, samples=args.samples, warmup=args.warmup,
-                       measure=not args.no_measure, fallback_cpu=args.fallback_cpu)
+                       measure=not args.no_measure, fallback_cpu=args.fallback_cpu, **extra)
     bad = not result["verify"]["ok"]
     if bad:  # also on stderr: a script sees why the exit status is 1
         v = result["verify"]
@@ -408,6 +420,8 @@ def _run(args) -> int:
     v = result["verify"]
     how = "one onnxruntime session (annotated.onnx)" if result["run_as"] == "session" else \
         f"{len(result['parts'])} part(s) on {', '.join(result['devices'])}"
+    if result.get("engine") == "ray":
+        how += f", on Ray ({len(set(w['node'] for w in result['placed'].values()))} node(s))"
     print(f"{result['parts_dir']}: runs as {how}")
     moved = result.get("fell_back") or []
     if moved:

@@ -2,11 +2,12 @@
 
 A part is a set of nodes one device runs in one call (by default one per device; a
 latency plan's pieces give several).  :func:`export` writes ``part<i>_<device>.onnx``
-per part, one shared ``weights.bin`` and ``manifest.json`` (the parts, the tensors that
-cross them, the prediction).  Parts are built from the protobuf directly and weights are
-streamed, so models over 2 GB work; a plan whose parts form a cycle raises ``SplitError``
-before anything is written, and the folder is staged beside its target and renamed into
-place at the end.
+per part, one shared ``weights.bin``, ``annotated.onnx`` (the whole model, each node
+tagged with its device, in ``layer_ann`` and in ONNX's multi-device fields) and
+``manifest.json`` (the parts, the tensors that cross them, the prediction).  Parts are
+built from the protobuf directly and weights are streamed, so models over 2 GB work; a
+plan whose parts form a cycle raises ``SplitError`` before anything is written, and the
+folder is staged beside its target and renamed into place at the end.
 
 Write-up: docs/machine.md (The parts, annotated.onnx and session.json).
 """
@@ -41,6 +42,8 @@ MODEL_INPUT = "input"  # the producer named for a model input
 ANNOTATED = "annotated.onnx"  # the whole model, each node annotated with its device
 SESSION_FILE = "session.json"  # how one onnxruntime session runs the annotated model
 LAYER_ANN = "layer_ann"
+CONFIGURATION = "onnxsplit"  # the annotated model's multi-device configuration, by name
+_MULTI_DEVICE_IR = 11  # the IR version that brought the multi-device fields
 # onnxruntime's device type for an EP in session.layer_assignment_settings
 _ORT_DEVICE = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "gpu"}
 
@@ -170,9 +173,10 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     for onnxruntime's default); ``optimization``: the parts' graph optimisation level
     (``all`` or ``disabled``; None: not recorded, the runner's default); ``replicas``:
     device -> copies of its sessions run side by side; ``device_ids``: device -> the id its
-    execution provider addresses (cuda:1 for a second GPU).  ``session`` ({"threads",
-    "config"}): also write ``annotated.onnx`` and ``session.json`` so that one onnxruntime
-    session runs the plan, and mark the folder ``run_as: session``.
+    execution provider addresses (cuda:1 for a second GPU).  ``annotated.onnx`` (the whole
+    model, each node tagged with its device) is always written; ``session`` ({"threads",
+    "config"}): also write ``session.json`` so that one onnxruntime session runs the plan,
+    and mark the folder ``run_as: session``.
     ``before_swap(folder)`` checks the finished folder before it takes ``out``'s place (the
     runner's verification): if it raises, ``out`` is left as it was.
     ``predicted`` ({"latency_ms", "throughput_per_s"}) and ``plan`` go into the manifest;
@@ -181,6 +185,7 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     """
     out = Path(out)
     parts = make_parts(graph, device_of, providers, piece_of)  # raises before any write
+    tags = _layer_tags(device_of, providers, strict=session is not None)  # so does this
     check_out(out, force)
     model = graph.proto()
     for o in graph.outputs:
@@ -202,22 +207,25 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     try:
         with _WeightWriter(staging / WEIGHTS, base_dir) as weights:
             protos = [_part_model(model, graph, p, links, types, weights, initializers) for p in parts]
-            if session is not None:
-                whole = Part("annotated", "session", CPU_EP, tuple(n.name for n in graph.nodes),
-                             tuple(t for t in graph.inputs), tuple(graph.outputs))
-                annotated = _part_model(model, graph, whole, _Links.of([whole]), types, weights,
-                                        initializers)
-                session_json = _annotate(annotated, graph, device_of, providers, session)
-                (staging / ANNOTATED).write_bytes(annotated.SerializeToString())
+            whole = Part("annotated", "session", CPU_EP, tuple(n.name for n in graph.nodes),
+                         tuple(t for t in graph.inputs), tuple(graph.outputs))
+            annotated = _part_model(model, graph, whole, _Links.of([whole]), types, weights,
+                                    initializers)
+            session_json = _annotate(annotated, graph, device_of, providers, tags, session)
+            _configure_devices(annotated, parts,
+                               pipelined=(plan or {}).get("objective") == "throughput")
+            (staging / ANNOTATED).write_bytes(annotated.SerializeToString())
+            if session_json is not None:
                 (staging / SESSION_FILE).write_text(json.dumps(session_json, indent=1) + "\n")
         for p, proto in zip(parts, protos):
             (staging / p.file).write_bytes(proto.SerializeToString())
-            if check:
-                try:
-                    onnx.checker.check_model(str(staging / p.file))
-                except Exception as e:  # the exporter's own bug, named per part
-                    raise OnnxsplitError(f"part {p.name} is not a valid ONNX model: "
-                                         f"{' '.join(str(e).split())[:300]}") from None
+        for what, file in ([(f"part {p.name}", p.file) for p in parts] + [(ANNOTATED, ANNOTATED)]
+                           if check else []):
+            try:
+                onnx.checker.check_model(str(staging / file))
+            except Exception as e:  # the exporter's own bug, named per file
+                raise OnnxsplitError(f"{what} is not a valid ONNX model: "
+                                     f"{' '.join(str(e).split())[:300]}") from None
         manifest = _manifest(graph, parts, links, weights, threads or {}, predicted, plan, device_ids or {})
         for entry in manifest["parts"]:
             if optimization is not None:
@@ -252,12 +260,15 @@ def session_ready(providers: Mapping[str, str], devices) -> bool:
 
 
 def _annotate(model: onnx.ModelProto, graph: OpGraph, device_of: Mapping[str, str],
-              providers: Mapping[str, str], session: Mapping[str, Any]) -> dict[str, Any]:
-    """Tag every node of the whole ``model`` with ``layer_ann`` = its device's part, and
-    say how one session runs it: the EPs in order and the session config entries."""
-    tag = {d: f"{_ORT_DEVICE[providers[d]]}_part" for d in set(device_of.values())}
+              providers: Mapping[str, str], tag: Mapping[str, str],
+              session: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Tag every node of the whole ``model`` with ``layer_ann`` = its device's part (``tag``:
+    device -> tag); with a ``session``, say how one session runs it: the EPs in order and
+    the session config entries (None without)."""
     for node in model.graph.node:
         node.metadata_props.add(key=LAYER_ANN, value=tag[device_of[node.name]])
+    if session is None:
+        return None
     used = sorted(set(device_of.values()), key=lambda d: providers[d] == CPU_EP)
     eps = list(dict.fromkeys(providers[d] for d in used))
     if CPU_EP not in eps:
@@ -270,6 +281,52 @@ def _annotate(model: onnx.ModelProto, graph: OpGraph, device_of: Mapping[str, st
             "threads": int(session.get("threads", 0)),
             "optimization": session.get("optimization", "all"), "config": config,
             "node_providers": {n.name: providers[device_of[n.name]] for n in graph.nodes}}
+
+
+def _layer_tags(device_of: Mapping[str, str], providers: Mapping[str, str],
+                strict: bool) -> dict[str, str]:
+    """device -> its ``layer_ann``: onnxruntime's device type, which a session's layer
+    assignment names (``strict``: an EP it does not know cannot run as one session);
+    otherwise such a device is tagged by its own name, as nothing reads it as a setting."""
+    tags = {}
+    for d in dict.fromkeys(device_of.values()):
+        kind = _ORT_DEVICE.get(providers[d])
+        if kind is None and strict:
+            raise SplitError(f"device '{d}' ({providers[d]}) cannot run in one onnxruntime "
+                             f"session: layer assignment knows {', '.join(_ORT_DEVICE)}")
+        tags[d] = f"{kind or re.sub(r'[^A-Za-z0-9_.-]', '_', d)}_part"
+    return tags
+
+
+def _configure_devices(model: onnx.ModelProto, parts: list[Part], pipelined: bool) -> None:
+    """ONNX's own multi-device metadata beside ``layer_ann``, for tools that read the
+    standard fields: one configuration whose devices are the plan's, in part order, and
+    per node a sharding spec placing its results, unsplit, on its device's index.
+    ``pipelined`` (a throughput plan, its parts a pipeline in part order): each node's
+    ``pipeline_stage`` is its part's index; a latency plan's parts run one after another
+    on one input, so no stage is set (the proto's field is optional)."""
+    # onnx_ir has the types (ModelConfiguration, NodeDeviceConfiguration, ShardingSpec) and
+    # their serializers; only the metadata goes through them: a whole-model round trip
+    # through onnx_ir would drop sparse initializers and rewrite the graph as built here.
+    import onnx_ir as ir
+
+    devices = tuple(dict.fromkeys(p.device for p in parts))
+    config = ir.ModelConfiguration(name=CONFIGURATION, num_devices=len(devices),
+                                   device_names=devices)
+    index = {d: i for i, d in enumerate(devices)}
+    part_of = {n: (i, p.device) for i, p in enumerate(parts) for n in p.nodes}
+    model.ir_version = max(model.ir_version, _MULTI_DEVICE_IR)
+    del model.configuration[:]
+    model.configuration.append(ir.serde.serialize_model_configuration(config))
+    for node in model.graph.node:
+        stage, device = part_of[node.name]
+        named = [o for o in node.output if o] or [i for i in node.input if i]
+        specs = tuple(ir.ShardingSpec(value=ir.Value(name=t), device=(index[device],))
+                      for t in named)
+        entry = ir.NodeDeviceConfiguration(configuration=config, sharding_specs=specs,
+                                           pipeline_stage=stage if pipelined else None)
+        del node.device_configurations[:]
+        node.device_configurations.append(ir.serde.serialize_node_device_configuration(entry))
 
 
 # the files onnxsplit writes into a parts folder: --force replaces a folder holding these

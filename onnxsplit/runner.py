@@ -218,7 +218,7 @@ class Parts:
         self.manifest = read_manifest(self.dir)
         self.assignment: dict[str, Any] | None = None
         if self.manifest.get("run_as") == "session":
-            specs = [_session_spec(self.dir, self.manifest)]
+            specs = [session_spec(self.dir, self.manifest)]
         else:
             specs = self.manifest["parts"]
         self._load(specs, optimize, cpu_threads, fallback_cpu)
@@ -352,7 +352,7 @@ class Parts:
         return 1 if workers == 1 else 2 * workers
 
 
-def _session_spec(parts_dir: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+def session_spec(parts_dir: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The annotated model as one part: one onnxruntime session runs the plan, each node
     on the device its ``layer_ann`` names (``session.json``)."""
     from .export import SESSION_FILE
@@ -665,17 +665,19 @@ def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = No
 
 def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int, warmup: int,
               accelerators: Iterable[str] = (), capacity_kb: int | None = None,
-              plan: "Parts | None" = None, rounds: int = ROUNDS) -> dict[str, dict[str, Any]]:
+              plan: "Parts | None" = None, rounds: int = ROUNDS,
+              also: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """The baselines (:func:`baseline_runs`) measured on ``feeds``, and ``plan`` (as
-    ``"onnxsplit"``) alongside: every session is loaded first, then ``rounds`` rounds each
-    measure every one in turn, so a shared machine's slow minute hits all alike; the
-    medians over the rounds are kept."""
+    ``"onnxsplit"``) and ``also`` (name -> loaded parts) alongside: every session is
+    loaded first, then ``rounds`` rounds each measure every one in turn, so a shared
+    machine's slow minute hits all alike; the medians over the rounds are kept."""
     import tempfile
 
-    loaded: dict[str, Parts] = {}
+    loaded: dict[str, Any] = {}
     out: dict[str, dict[str, Any]] = {}
     if plan is not None:
         loaded["onnxsplit"] = plan
+    loaded.update(also or {})
     stats_dir = None
     for name, (ep, how) in baseline_runs(accelerators, capacity_kb).items():
         config = dict(how.get("config") or {})
@@ -759,10 +761,12 @@ def _ratios(measured: Mapping[str, Any], base: Mapping[str, Mapping[str, Any]]) 
 def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
               feeds: Mapping[str, Any] | None = None, samples: int = 50, warmup: int = 5,
               measure: bool = True, optimize: bool = False, seed: int = 0,
-              fallback_cpu: bool = False, compare: bool = True) -> dict[str, Any]:
+              fallback_cpu: bool = False, compare: bool = True, loaded=None) -> dict[str, Any]:
     """Verify a parts folder against its original model and (``measure``) time it, and
-    (``compare``) onnxruntime's own sessions on the same inputs."""
-    parts = Parts(parts_dir, optimize=optimize, fallback_cpu=fallback_cpu)
+    (``compare``) onnxruntime's own sessions on the same inputs.  ``loaded``: the folder
+    already loaded by another engine (``onnxsplit.ray_engine.RayParts``), measured
+    beside the threaded runner's own pipeline (``onnxsplit_threads``)."""
+    parts = loaded if loaded is not None else Parts(parts_dir, optimize=optimize, fallback_cpu=fallback_cpu)
     model_path = Path(model) if model else Path(parts.manifest["model"]["path"])
     if not model_path.exists():
         raise RunError(f"the original model '{model_path}' is not there: pass it with --model")
@@ -781,6 +785,7 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
     result: dict[str, Any] = {
         "parts_dir": str(parts.dir),
         "run_as": parts.manifest.get("run_as", "pipeline"),
+        "engine": "ray" if loaded is not None else "threads",
         "parts": [p["name"] for p in parts.parts],
         "devices": parts.devices,
         "execution_providers": dict(zip((p["name"] for p in parts.parts), parts.execution_providers)),
@@ -796,9 +801,11 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
     elif measure:
         accelerators = [ep for ep in parts.execution_providers if ep != CPU_EP]
         budget = (result["predicted"] or {}).get("accelerator_memory")
+        also = {"onnxsplit_threads": Parts(parts_dir, optimize=optimize, fallback_cpu=fallback_cpu)} \
+            if loaded is not None else None
         base = baselines(model_path, feeds, samples=samples, warmup=warmup,
                          accelerators=accelerators,
-                         capacity_kb=int(budget / 1024) if budget else None, plan=parts)
+                         capacity_kb=int(budget / 1024) if budget else None, plan=parts, also=also)
         result["measured"] = base.pop("onnxsplit")
         result["baselines"] = base
         result["ratios"] = _ratios(result["measured"], base)

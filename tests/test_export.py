@@ -22,7 +22,7 @@ from onnx.external_data_helper import set_external_data
 from onnx_models import (TINY_BERT, TINY_BERT_SHAPES, control_flow, make, mlp, save,
                          shared_weight, vi, weight)
 from onnxsplit.errors import OnnxsplitError, SplitError
-from onnxsplit.export import INLINE_BYTES, MANIFEST, WEIGHTS, export, make_parts
+from onnxsplit.export import ANNOTATED, INLINE_BYTES, MANIFEST, WEIGHTS, export, make_parts
 from onnxsplit.graph import OpGraph
 from onnxsplit.runner import (Parts, RunError, compare_outputs, random_feeds, read_manifest,
                               run_parts, single_device_ep, verify_tolerance)
@@ -196,7 +196,7 @@ def check_export(model: Path, g: OpGraph, e, device_of, piece_of=None) -> None:
     names = [p["name"] for p in man["parts"]]
     assert names == [p.name for p in e.parts]
     assert sorted(f.name for f in out.iterdir()) == sorted(
-        [p["file"] for p in man["parts"]] + [MANIFEST] + ([WEIGHTS] if man["weights"]["file"] else []))
+        [p["file"] for p in man["parts"]] + [MANIFEST, ANNOTATED] + ([WEIGHTS] if man["weights"]["file"] else []))
 
     # every node in exactly one part, on its device, one (device, piece) per part
     part_of = {}

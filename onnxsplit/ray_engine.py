@@ -1,0 +1,298 @@
+"""Run a parts folder on Ray: one actor per part (per copy) holding its onnxruntime session.
+
+:class:`RayParts` has the interface of :class:`onnxsplit.runner.Parts` (``run``,
+``stream``, ``default_depth``, ...), so ``onnxsplit run --engine ray`` verifies and
+measures it as the threaded runner does.  Each actor asks for the resources its device
+needs: a CPU part its intra-op threads as CPUs, a CUDA part one GPU (Ray then shows it the
+one GPU it was given, so the session opens device 0), and a part whose device names a
+machine (``machine`` in the cluster file) the custom resource of that name, which the
+Ray node on that machine offers (``ray start --resources '{"NAME": 1}'``).  Tensors move
+through Ray's object store: a part's call takes its producers' output refs as arguments,
+so a sample's calls are all submitted at once and each actor works on the next sample
+while the next part works on this one; at most ``depth`` samples are in flight.
+
+Without an address a local Ray is started and shut down at the end (and on Ctrl-C:
+:mod:`onnxsplit.interrupt`); with one, a running cluster is joined and the parts are
+shipped to the actors through the object store, so nothing is copied by hand.
+
+Write-up: docs/machine.md (Running on Ray).
+"""
+
+from __future__ import annotations
+
+import collections
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from . import interrupt
+from .profile.devices import CPU_EP
+from .runner import RunError, read_manifest, session_spec
+
+GPU_EPS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider")
+MACHINE_SHARE = 0.001  # of a machine's custom resource per actor: any number fit on it
+WAIT_S = 600.0  # the longest one sample may take before the run is called stuck
+
+
+def ray_module():
+    """Ray, or a one-line error saying how to get it (an optional extra)."""
+    try:
+        import ray
+    except ImportError:
+        raise RunError("the Ray engine needs Ray: pip install 'onnxsplit[ray]'") from None
+    return ray
+
+
+class _Started:
+    """A local Ray this process started: shut down at the end, or killed on Ctrl-C."""
+
+    def kill(self) -> None:
+        ray = ray_module()
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def start(address: str | None = None, *, num_cpus: int | None = None) -> _Started | None:
+    """Join the Ray cluster at ``address``, or start a local one (returned, to be shut
+    down by its caller); None where this process already runs Ray."""
+    ray = ray_module()
+    if ray.is_initialized():
+        return None
+    try:
+        ray.init(address=address, num_cpus=num_cpus if address is None else None,
+                 include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}} if address is None else None)
+    except Exception as e:
+        where = f"the Ray cluster at {address}" if address else "a local Ray"
+        raise RunError(f"cannot start {where}: {' '.join(str(e).split())[:300]}") from None
+    started = _Started()
+    interrupt.register(started)
+    return started
+
+
+def stop(started: _Started | None) -> None:
+    if started is not None:
+        interrupt.unregister(started)
+        started.kill()
+
+
+class _PartActor:
+    """One part's session on the node Ray placed it on."""
+
+    def __init__(self, spec: Mapping[str, Any], folder: str, shipped, providers: list, threads: int | None,
+                 optimize: bool):
+        import onnxruntime as ort
+
+        from .profile.measure import session_options
+
+        self.spec = dict(spec)
+        path = Path(folder) / spec["file"]
+        if shipped is not None and not path.exists():  # another machine: the files came along
+            files = ray_module().get(shipped)
+            folder = tempfile.mkdtemp(prefix="onnxsplit-part-")
+            for name, data in files.items():
+                Path(folder, name).write_bytes(data)
+            path = Path(folder) / spec["file"]
+        so = session_options(threads, optimize=optimize)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        for k, v in (spec.get("config") or {}).items():
+            so.add_session_config_entry(k, str(v))
+        try:
+            self.session = ort.InferenceSession(str(path), so, providers=providers, enable_fallback=0)
+        except Exception as e:
+            raise RunError(f"part {spec['name']} ({spec['file']}) cannot be loaded on {providers[0]}: "
+                           f"{' '.join(str(e).split())[:300]}") from None
+        self.inputs = [i["name"] for i in spec["inputs"]] if spec.get("inputs") is not None \
+            else [i.name for i in self.session.get_inputs()]
+        self.outputs = [o["name"] for o in spec["outputs"]] if spec.get("outputs") is not None \
+            else [o.name for o in self.session.get_outputs()]
+
+    def where(self) -> dict[str, Any]:
+        """The Ray node this actor runs on, and the provider its session uses."""
+        return {"node": ray_module().get_runtime_context().get_node_id(),
+                "provider": self.session.get_providers()[0]}
+
+    def run(self, sample: int, *values: Mapping[str, Any]) -> dict[str, Any]:
+        """The part on one sample: its inputs from the model's feeds and its producers'
+        outputs (``values``, resolved by Ray from their refs)."""
+        merged: dict[str, Any] = {}
+        for v in values:
+            merged.update(v)
+        try:
+            got = self.session.run(self.outputs, {t: merged[t] for t in self.inputs})
+        except Exception as e:
+            raise RunError(f"part {self.spec['name']} on {self.spec['device']} failed on sample {sample}: "
+                           f"{' '.join(str(e).split())[:300]}") from None
+        return dict(zip(self.outputs, got))
+
+
+class RayParts:
+    """A parts folder loaded as Ray actors; see the module docstring."""
+
+    def __init__(self, parts_dir: str | Path, *, address: str | None = None, optimize: bool = False,
+                 cpu_threads: int | None = 1, fallback_cpu: bool = False, ship: bool | None = None):
+        """``ship``: send the part files to the actors through the object store (default:
+        where joining a cluster at ``address``, whose nodes may not see this folder)."""
+        self.dir = Path(parts_dir).resolve()
+        self.manifest = read_manifest(self.dir)
+        self.assignment = None
+        specs = [session_spec(self.dir, self.manifest)] if self.manifest.get("run_as") == "session" \
+            else list(self.manifest["parts"])
+        self.parts = specs
+        self.devices = list(dict.fromkeys(p["device"] for p in specs))
+        self._started = start(address)
+        try:
+            self._load(specs, optimize, cpu_threads, fallback_cpu, address is not None if ship is None else ship)
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self, specs, optimize: bool, cpu_threads: int | None, fallback_cpu: bool, ship: bool) -> None:
+        ray = ray_module()
+        actor = ray.remote(_PartActor)
+        have = ray.cluster_resources()
+        shipped = self._ship(specs) if ship else {}
+        self.actors: list[list[Any]] = []
+        self.execution_providers = []
+        for p in specs:
+            ep = p["execution_provider"]
+            on_gpu = ep in GPU_EPS and have.get("GPU", 0) >= 1
+            absent = ep != CPU_EP and not on_gpu
+            if absent and not fallback_cpu:  # (Ray offers CPUs and GPUs; other kinds are not found)
+                raise RunError(f"part {p['name']} needs {ep}, which no node of the Ray cluster offers "
+                               f"(its resources: {', '.join(sorted(have))}); --fallback-cpu runs it on a CPU")
+            eps = p.get("execution_providers") or [ep]
+            providers: list = [CPU_EP] if absent else list(dict.fromkeys(list(eps) + [CPU_EP]))
+            if on_gpu:  # Ray shows the actor only the GPU it was given
+                providers[0] = (providers[0], {"device_id": "0"})
+            threads = p.get("threads")
+            if threads is None and ep == CPU_EP:
+                threads = cpu_threads
+            level = p.get("optimization")
+            opts: dict[str, Any] = {"num_cpus": max(1, int(threads or 1)) if not on_gpu else 1,
+                                    "max_concurrency": 1}
+            if on_gpu:
+                opts["num_gpus"] = 1
+            if p.get("machine"):
+                if p["machine"] not in have:
+                    raise RunError(f"part {p['name']} is planned for machine '{p['machine']}', but no node of "
+                                   f"the Ray cluster offers a resource of that name (start its node with "
+                                   f"--resources '{{\"{p['machine']}\": 1}}')")
+                opts["resources"] = {p["machine"]: MACHINE_SHARE}
+            copies = [actor.options(**opts).remote(p, str(self.dir), shipped.get(p["file"]), providers, threads,
+                                                   optimize if level is None else level == "all")
+                      for _ in range(max(1, int(p.get("replicas") or 1)))]
+            self.actors.append(copies)
+            self.execution_providers.append(CPU_EP if absent else ep)
+        try:  # every actor up (its session made) before the first sample
+            self.placed = ray.get([a.where.remote() for copies in self.actors for a in copies], timeout=WAIT_S)
+        except Exception as e:
+            raise RunError(_reason(e)) from None
+        self.output_names = [o["name"] for o in self.manifest["model"]["outputs"]]
+        ins = [[i["name"] for i in p["inputs"]] for p in specs]
+        outs = [[o["name"] for o in p["outputs"]] for p in specs]
+        producer = {o: i for i, names in enumerate(outs) for o in names}
+        self._deps = [sorted({producer[t] for t in names if t in producer}) for names in ins]
+        self._final = sorted({producer[o] for o in self.output_names if o in producer})
+
+    def _ship(self, specs) -> dict[str, Any]:
+        """part file -> object ref of {file: bytes} for it and the weights it reads."""
+        ray = ray_module()
+        weights = {}
+        for name in ("weights.bin",):
+            if (self.dir / name).exists():
+                weights[name] = (self.dir / name).read_bytes()
+        return {p["file"]: ray.put({p["file"]: (self.dir / p["file"]).read_bytes(), **weights}) for p in specs}
+
+    @property
+    def inputs(self) -> list[dict[str, Any]]:
+        return self.manifest["model"]["inputs"]
+
+    def default_depth(self) -> int:
+        """Two samples in flight per actor (one where a single actor runs everything)."""
+        actors = sum(len(c) for c in self.actors)
+        return 1 if actors == 1 else 2 * actors
+
+    def _submit(self, sample: int, feeds_ref) -> list:
+        refs: list[Any] = []
+        for i, copies in enumerate(self.actors):
+            actor = copies[sample % len(copies)]
+            refs.append(actor.run.remote(sample, feeds_ref, *[refs[d] for d in self._deps[i]]))
+        return [refs[i] for i in self._final]
+
+    def _collect(self, refs) -> dict[str, Any]:
+        ray = ray_module()
+        try:
+            parts = ray.get(refs, timeout=WAIT_S)
+        except Exception as e:
+            raise RunError(_reason(e)) from None
+        merged: dict[str, Any] = {}
+        for p in parts:
+            merged.update(p)
+        return {o: merged[o] for o in self.output_names}
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """One sample through every part; the model's outputs by name."""
+        missing = [s["name"] for s in self.inputs if s["name"] not in feeds]
+        if missing:
+            raise RunError(f"input '{missing[0]}' is not given")
+        return self._collect(self._submit(0, ray_module().put(dict(feeds))))
+
+    def stream(self, samples: Iterable[Mapping[str, Any]], depth: int | None = None,
+               timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
+        """Pipelined: yields each sample's outputs in order, ``depth`` samples in flight."""
+        ray = ray_module()
+        depth = depth or self.default_depth()
+        flying: collections.deque = collections.deque()
+        for n, feeds in enumerate(samples):
+            interrupt.check()
+            if len(flying) >= depth:
+                yield self._collect(flying.popleft())
+            flying.append(self._submit(n, ray.put(dict(feeds))))
+        while flying:
+            yield self._collect(flying.popleft())
+
+    def close(self) -> None:
+        """Actors ended; a Ray this object started, shut down."""
+        ray = ray_module()
+        for copies in getattr(self, "actors", []):
+            for a in copies:
+                try:
+                    ray.kill(a)
+                except Exception:
+                    pass
+        self.actors = []
+        stop(self._started)
+        self._started = None
+
+    def __enter__(self) -> "RayParts":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def run_parts(parts_dir: str | Path, *, address: str | None = None, fallback_cpu: bool = False,
+              optimize: bool = False, **options) -> dict[str, Any]:
+    """``onnxsplit run --engine ray``: :func:`onnxsplit.runner.run_parts` on the actors,
+    beside the threaded runner; where the actors ran, in ``placed``."""
+    from .runner import run_parts as run_loaded
+
+    with RayParts(parts_dir, address=address, fallback_cpu=fallback_cpu, optimize=optimize) as parts:
+        result = run_loaded(parts_dir, loaded=parts, fallback_cpu=fallback_cpu, optimize=optimize, **options)
+        result["placed"] = {p["name"]: where for p, where in
+                            zip((p for p, copies in zip(parts.parts, parts.actors) for _ in copies), parts.placed)}
+    return result
+
+
+def _reason(e: BaseException) -> str:
+    """The part's own error out of Ray's wrapping (one line)."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, RunError):
+        return str(cause)
+    text = " ".join(str(cause or e).split())
+    for line in str(cause or e).splitlines()[::-1]:
+        if "RunError:" in line:
+            return line.split("RunError:", 1)[1].strip()
+    return f"the Ray engine failed: {text[:300]}"
+
