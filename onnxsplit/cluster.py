@@ -36,6 +36,7 @@ class DeviceSpec:
     call_overhead: float | None = None
     efficiency: Mapping[str, float] | None = None
     unsupported_ops: tuple[str, ...] = ()
+    machine: str | None = None  # the machine it is on (a Ray node's custom resource); None: any
 
     @property
     def is_cpu(self) -> bool:
@@ -53,6 +54,8 @@ class DeviceSpec:
             d["efficiency"] = dict(self.efficiency)
         if self.unsupported_ops:
             d["unsupported_ops"] = list(self.unsupported_ops)
+        if self.machine:
+            d["machine"] = self.machine
         return d
 
 
@@ -237,7 +240,7 @@ def _measured_links(ep: str, klass: str, count: int, notes: list[str]) -> list[L
 # ------------------------------------------------------------------------ field parsing
 
 _DEVICE_FIELDS = ("name", "class", "count", "execution_provider", "memory", "peak_flops",
-                  "memory_bandwidth", "call_overhead", "efficiency", "unsupported_ops")
+                  "memory_bandwidth", "call_overhead", "efficiency", "unsupported_ops", "machine")
 _LINK_FIELDS = ("between", "bandwidth", "latency")
 
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
@@ -342,8 +345,9 @@ def _device(d: Any, where: str) -> DeviceSpec:
     ops = d.get("unsupported_ops", [])
     if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
         raise ClusterError(f"{where}.unsupported_ops must be a list of op type names")
+    machine = _str(d, "machine", where) if d.get("machine") is not None else None
     return DeviceSpec(name=name, cls=klass, count=count, execution_provider=ep, memory=memory,
-                      efficiency=eff, unsupported_ops=tuple(ops), **opt)
+                      efficiency=eff, unsupported_ops=tuple(ops), machine=machine, **opt)
 
 
 def _link(d: Any, where: str, classes: set[str]) -> LinkSpec:

@@ -166,14 +166,15 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
            force: bool = False, check: bool = True, optimization: str | None = None,
            replicas: Mapping[str, int] | None = None, session: Mapping[str, Any] | None = None,
            before_swap: Callable[[Path], None] | None = None,
-           device_ids: Mapping[str, int] | None = None) -> Export:
+           device_ids: Mapping[str, int] | None = None, machines: Mapping[str, str] | None = None) -> Export:
     """Write the parts of ``graph`` placed by ``device_of`` into the new folder ``out``.
 
     ``threads``: device -> intra-op threads its session should use (1 for a CPU core, 0
     for onnxruntime's default); ``optimization``: the parts' graph optimisation level
     (``all`` or ``disabled``; None: not recorded, the runner's default); ``replicas``:
     device -> copies of its sessions run side by side; ``device_ids``: device -> the id its
-    execution provider addresses (cuda:1 for a second GPU).  ``annotated.onnx`` (the whole
+    execution provider addresses (cuda:1 for a second GPU); ``machines``: device -> the
+    machine it is on (the Ray engine places its part there).  ``annotated.onnx`` (the whole
     model, each node tagged with its device) is always written; ``session`` ({"threads",
     "config"}): also write ``session.json`` so that one onnxruntime session runs the plan,
     and mark the folder ``run_as: session``.
@@ -226,7 +227,8 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
             except Exception as e:  # the exporter's own bug, named per file
                 raise OnnxsplitError(f"{what} is not a valid ONNX model: "
                                      f"{' '.join(str(e).split())[:300]}") from None
-        manifest = _manifest(graph, parts, links, weights, threads or {}, predicted, plan, device_ids or {})
+        manifest = _manifest(graph, parts, links, weights, threads or {}, predicted, plan, device_ids or {},
+                             machines or {})
         for entry in manifest["parts"]:
             if optimization is not None:
                 entry["optimization"] = optimization
@@ -557,7 +559,7 @@ def _tensor_entry(graph: OpGraph, name: str) -> dict[str, Any]:
 
 
 def _manifest(graph: OpGraph, parts: list[Part], links: _Links, weights: "_WeightWriter", threads,
-              predicted, plan, device_ids: Mapping[str, int]) -> dict[str, Any]:
+              predicted, plan, device_ids: Mapping[str, int], machines: Mapping[str, str]) -> dict[str, Any]:
     producer, consumers = links
     device = {p.name: p.device for p in parts}
     entries = []
@@ -566,6 +568,7 @@ def _manifest(graph: OpGraph, parts: list[Part], links: _Links, weights: "_Weigh
             "name": p.name, "file": p.file, "device": p.device,
             "execution_provider": p.execution_provider,
             **({"device_id": device_ids[p.device]} if p.device in device_ids else {}),
+            **({"machine": machines[p.device]} if machines.get(p.device) else {}),
             "threads": threads.get(p.device),
             "nodes": len(p.nodes),
             "inputs": [dict(_tensor_entry(graph, t), **{"from": producer.get(t, MODEL_INPUT)})

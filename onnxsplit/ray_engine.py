@@ -21,6 +21,7 @@ Write-up: docs/machine.md (Running on Ray).
 from __future__ import annotations
 
 import collections
+import logging
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -32,6 +33,7 @@ from .runner import RunError, read_manifest, session_spec
 GPU_EPS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider")
 MACHINE_SHARE = 0.001  # of a machine's custom resource per actor: any number fit on it
 WAIT_S = 600.0  # the longest one sample may take before the run is called stuck
+PLACE_S = 120.0  # the longest the actors may take to be placed and load their sessions
 
 
 def ray_module():
@@ -58,6 +60,7 @@ def start(address: str | None = None, *, num_cpus: int | None = None) -> _Starte
     ray = ray_module()
     if ray.is_initialized():
         return None
+    logging.getLogger("ray").setLevel(logging.ERROR)  # its start-up notes are not the user's business
     try:
         ray.init(address=address, num_cpus=num_cpus if address is None else None,
                  include_dashboard=False, log_to_driver=False, configure_logging=False,
@@ -154,7 +157,8 @@ class RayParts:
         shipped = self._ship(specs) if ship else {}
         self.actors: list[list[Any]] = []
         self.execution_providers = []
-        for p in specs:
+        cpus = _cpu_shares(specs, have, cpu_threads)
+        for p, share in zip(specs, cpus):
             ep = p["execution_provider"]
             on_gpu = ep in GPU_EPS and have.get("GPU", 0) >= 1
             absent = ep != CPU_EP and not on_gpu
@@ -169,8 +173,7 @@ class RayParts:
             if threads is None and ep == CPU_EP:
                 threads = cpu_threads
             level = p.get("optimization")
-            opts: dict[str, Any] = {"num_cpus": max(1, int(threads or 1)) if not on_gpu else 1,
-                                    "max_concurrency": 1}
+            opts: dict[str, Any] = {"num_cpus": share, "max_concurrency": 1}
             if on_gpu:
                 opts["num_gpus"] = 1
             if p.get("machine"):
@@ -185,7 +188,12 @@ class RayParts:
             self.actors.append(copies)
             self.execution_providers.append(CPU_EP if absent else ep)
         try:  # every actor up (its session made) before the first sample
-            self.placed = ray.get([a.where.remote() for copies in self.actors for a in copies], timeout=WAIT_S)
+            self.placed = ray.get([a.where.remote() for copies in self.actors for a in copies], timeout=PLACE_S)
+        except ray.exceptions.GetTimeoutError:
+            raise RunError(f"the parts' actors were not all placed within {PLACE_S:g} s: the Ray cluster "
+                           f"lacks what they ask for (its resources: "
+                           f"{', '.join(f'{k} {v:g}' for k, v in sorted(have.items()) if not k.startswith('node:'))})"
+                           ) from None
         except Exception as e:
             raise RunError(_reason(e)) from None
         self.output_names = [o["name"] for o in self.manifest["model"]["outputs"]]
@@ -231,11 +239,14 @@ class RayParts:
             merged.update(p)
         return {o: merged[o] for o in self.output_names}
 
-    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """One sample through every part; the model's outputs by name."""
+    def check_feeds(self, feeds: Mapping[str, Any]) -> None:
         missing = [s["name"] for s in self.inputs if s["name"] not in feeds]
         if missing:
             raise RunError(f"input '{missing[0]}' is not given")
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """One sample through every part; the model's outputs by name."""
+        self.check_feeds(feeds)
         return self._collect(self._submit(0, ray_module().put(dict(feeds))))
 
     def stream(self, samples: Iterable[Mapping[str, Any]], depth: int | None = None,
@@ -270,6 +281,26 @@ class RayParts:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _cpu_shares(specs, have: Mapping[str, float], cpu_threads: int | None) -> list[float]:
+    """The CPUs each part's actors ask Ray for: a CPU part its intra-op threads (0: one),
+    anything else one; scaled down together where they want more than the cluster has
+    (a share above one rounded down to whole CPUs, as Ray asks)."""
+    want = []
+    for p in specs:
+        threads = p.get("threads")
+        if threads is None and p["execution_provider"] == CPU_EP:
+            threads = cpu_threads
+        want.append(max(1, int(threads or 1)) if p["execution_provider"] == CPU_EP else 1)
+    copies = [max(1, int(p.get("replicas") or 1)) for p in specs]
+    total = sum(w * c for w, c in zip(want, copies))
+    scale = min(1.0, float(have.get("CPU", 1.0)) / total) if total else 1.0
+    out = []
+    for w in want:
+        x = w * scale
+        out.append(float(int(x)) if x >= 1 else max(0.01, round(x, 2)))
+    return out
 
 
 def run_parts(parts_dir: str | Path, *, address: str | None = None, fallback_cpu: bool = False,

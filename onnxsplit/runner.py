@@ -315,7 +315,7 @@ class Parts:
         """How many samples ``device`` runs at once: its parts' largest replica count."""
         return max(len(s) for p, s in zip(self.parts, self.sessions) if p["device"] == device)
 
-    def _check_feeds(self, feeds: Mapping[str, Any]) -> None:
+    def check_feeds(self, feeds: Mapping[str, Any]) -> None:
         missing = [s["name"] for s in self.inputs if s["name"] not in feeds]
         if missing:
             raise RunError(f"input '{missing[0]}' is not given")
@@ -333,7 +333,7 @@ class Parts:
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """One sample through every part in order; the model's outputs by name."""
-        self._check_feeds(feeds)
+        self.check_feeds(feeds)
         values = dict(feeds)
         for i in range(len(self.parts)):
             values.update(self._call(i, values))
@@ -462,7 +462,7 @@ class _Pipeline:
         s = 0
         try:
             for feeds in samples:
-                self.p._check_feeds(feeds)
+                self.p.check_feeds(feeds)
                 while not self.slots.acquire(timeout=POLL_S):
                     if self.stop.is_set():
                         return
@@ -771,7 +771,7 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
     if not model_path.exists():
         raise RunError(f"the original model '{model_path}' is not there: pass it with --model")
     feeds = dict(feeds) if feeds is not None else random_feeds(parts.inputs, seed)
-    parts._check_feeds(feeds)
+    parts.check_feeds(feeds)
     whole = _whole_session(model_path, 1, False)
     try:
         want = dict(zip([o.name for o in whole.get_outputs()], whole.run(None, dict(feeds))))

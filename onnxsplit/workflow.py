@@ -460,6 +460,16 @@ def _spec_of(workload, cluster, acc, index: int):
     return cluster.device(classes[workload.class_names[workload.device_class[index]]]["name"])
 
 
+def device_machines(workload, cluster, acc) -> dict[str, str]:
+    """Device name -> the machine its cluster device names (``machine``), where it names one."""
+    out = {}
+    for d in workload.devices:
+        spec = cluster.cpu if d.kind == "cpu" else _spec_of(workload, cluster, acc, d.index)
+        if spec is not None and spec.machine:
+            out[d.name] = spec.machine
+    return out
+
+
 def device_ids(workload, cluster, acc) -> dict[str, int]:
     """Accelerator device name -> the device id its execution provider addresses: devices
     of one class numbered in order, after those of earlier classes on the same provider
@@ -604,7 +614,8 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                          files={PLAN_FILE: json.dumps(plan_obj, indent=1) + "\n"}, force=force,
                          optimization=execution.get("optimization"), replicas=replicas,
                          session=session, before_swap=check,
-                         device_ids=device_ids(workload, prep.cluster, prep.accelerator))
+                         device_ids=device_ids(workload, prep.cluster, prep.accelerator),
+                         machines=device_machines(workload, prep.cluster, prep.accelerator))
     seconds["export"] = time.perf_counter() - t - seconds.get("verify", 0.0)
     result: dict[str, Any] = {
         "out": str(exported.out),

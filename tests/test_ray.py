@@ -1,0 +1,143 @@
+"""The Ray engine: a parts folder run by one actor per part, on a local Ray and on a
+cluster of two nodes with a machine each; outputs against the original model, where each
+actor ran, failures named by part, and no Ray process left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from onnx_models import mlp
+from onnxsplit.cli import main
+from onnxsplit.export import MANIFEST, export
+from onnxsplit.graph import OpGraph
+from onnxsplit.runner import RunError, random_feeds
+
+ray = pytest.importorskip("ray")
+from onnxsplit.ray_engine import RayParts  # noqa: E402
+
+CPU = "CPUExecutionProvider"
+
+
+def ray_processes() -> set[int]:
+    """Pids of Ray's own daemons on this machine (raylet, GCS)."""
+    out = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"raylet" in cmd or b"gcs_server" in cmd:
+                out.add(int(pid))
+    return out
+
+
+def two_parts(tmp_path, machines=None) -> tuple[Path, Path]:
+    model = mlp(tmp_path / "m.onnx", layers=4, batch=4, width=64)
+    g = OpGraph.from_onnx(model)
+    names = [n.name for n in g.nodes]
+    device_of = {n: "cpu0" if i < len(names) // 2 else "cpu1" for i, n in enumerate(names)}
+    e = export(g, device_of, tmp_path / "parts", providers={"cpu0": CPU, "cpu1": CPU},
+               threads={"cpu0": 1, "cpu1": 1}, plan={"objective": "throughput"}, machines=machines)
+    return model, e.out
+
+
+def original(model: Path, feeds) -> list:
+    return ort.InferenceSession(str(model), providers=[CPU]).run(None, feeds)
+
+
+@pytest.fixture
+def no_ray_left():
+    before = ray_processes()
+    yield
+    if ray.is_initialized():
+        ray.shutdown()
+    for _ in range(50):
+        if not ray_processes() - before:
+            break
+        time.sleep(0.2)
+    assert not ray_processes() - before, "a Ray process onnxsplit started is still running"
+
+
+def test_run_on_a_local_ray_beside_the_threaded_runner(tmp_path, capsys, no_ray_left):
+    model, parts = two_parts(tmp_path)
+    rc = main(["run", str(parts), "--engine", "ray", "--samples", "10", "--warmup", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["engine"] == "ray" and r["verify"]["ok"] and r["verify"]["max_abs_error"] < 1e-5
+    assert r["measured"]["throughput_per_s"] > 0 and r["baselines"]["onnxsplit_threads"]["throughput_per_s"] > 0
+    assert set(r["placed"]) == {"part0_cpu0", "part1_cpu1"}
+    assert not ray.is_initialized()  # the local Ray it started is shut down
+
+
+def test_stream_keeps_order_and_matches_the_original(tmp_path, no_ray_left):
+    model, parts = two_parts(tmp_path)
+    manifest = json.loads((parts / MANIFEST).read_text())
+    samples = [random_feeds(manifest["model"]["inputs"], seed=s) for s in range(12)]
+    for s in samples:
+        s["x"] = np.random.default_rng(len(s)).standard_normal(s["x"].shape).astype(np.float32) + s["x"]
+    y = manifest["model"]["outputs"][0]["name"]
+    with RayParts(parts) as rp:
+        got = list(rp.stream(samples, depth=4))
+        assert len(got) == 12
+        for feeds, out in zip(samples, got):
+            np.testing.assert_allclose(out[y], original(model, feeds)[0], atol=1e-5)
+        with pytest.raises(RunError, match=r"part part0_cpu0 on cpu0 failed on sample 0: .*"):
+            rp.run({"x": np.zeros((3, 3), np.float32)})  # the wrong shape: the part's own error
+        assert rp.run(samples[0])[y].shape == got[0][y].shape  # and it still runs
+
+
+def test_parts_pinned_to_machines_run_on_their_nodes(tmp_path, no_ray_left):
+    from ray.cluster_utils import Cluster
+
+    model, parts = two_parts(tmp_path, machines={"cpu0": "m1", "cpu1": "m2"})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"m1": 1}})
+    try:
+        m2 = cluster.add_node(num_cpus=1, resources={"m2": 1})
+        cluster.wait_for_nodes()
+        with RayParts(parts, address=cluster.address) as rp:  # shipped through the object store
+            nodes = {p["name"]: w["node"] for p, w in zip(rp.parts, rp.placed)}
+            assert nodes["part1_cpu1"] == m2.node_id and nodes["part0_cpu0"] == cluster.head_node.node_id
+            feeds = random_feeds(rp.inputs, seed=1)
+            np.testing.assert_allclose(rp.run(feeds)[rp.output_names[0]], original(model, feeds)[0], atol=1e-5)
+        ray.shutdown()
+        (tmp_path / "b").mkdir()
+        _, other = two_parts(tmp_path / "b", machines={"cpu0": "m3"})
+        with pytest.raises(RunError, match="planned for machine 'm3', but no node of the Ray cluster offers"):
+            RayParts(other, address=cluster.address)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
+
+
+def test_interrupting_the_ray_engine_leaves_no_ray_behind(tmp_path):
+    _, parts = two_parts(tmp_path)
+    before = ray_processes()
+    proc = subprocess.Popen([sys.executable, "-m", "onnxsplit", "run", str(parts), "--engine", "ray",
+                             "--samples", "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (ray_processes() - before):
+        time.sleep(0.2)
+    time.sleep(3)  # its actors up and measuring
+    assert proc.poll() is None
+    began = time.time()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=10)
+    assert proc.returncode == 130 and time.time() - began < 3
+    for _ in range(50):
+        if not ray_processes() - before:
+            break
+        time.sleep(0.2)
+    assert not ray_processes() - before
