@@ -51,7 +51,7 @@ examples:
 """
 
 
-COMMANDS = ("split", "export", "run", "solve", "compare", "evaluate", "profile", "workload",
+COMMANDS = ("split", "export", "run", "serve", "solve", "compare", "evaluate", "profile", "workload",
             "devices")
 
 
@@ -266,6 +266,20 @@ def _parser() -> argparse.ArgumentParser:
                     help="run a part whose execution provider or device this machine lacks on the CPU "
                          "(its outputs are checked; its timings are not the plan's)")
 
+    sv = sub.add_parser("serve", help="serve a parts folder over HTTP (Ray Serve, Open Inference Protocol)",
+                        description="Run the parts as a Ray Serve application (one deployment per part) "
+                                    "behind an HTTP endpoint speaking the Open Inference Protocol (KServe "
+                                    "v2, as Triton does): GET /v2/health/ready, GET /v2/models/NAME, "
+                                    "POST /v2/models/NAME/infer.  Ctrl-C stops it.")
+    sv.add_argument("parts", help="folder written by onnxsplit (with manifest.json)")
+    sv.add_argument("--port", type=_at_least(1), default=8000, metavar="N", help="HTTP port (default 8000)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--name", metavar="NAME", help="the model's name in the URLs (default: the model file's stem)")
+    sv.add_argument("--address", metavar="ADDR", help="a running Ray cluster to join (default: start a local one)")
+    sv.add_argument("--fallback-cpu", action="store_true",
+                    help="serve a part whose execution provider the cluster lacks on a CPU")
+    sv.add_argument("--ready-file", metavar="FILE", help=argparse.SUPPRESS)
+
     dv = sub.add_parser("devices", help="print this machine's cluster spec",
                         description="Print this machine's devices and links as a cluster spec "
                                     "(JSON): a starting point for --devices.")
@@ -299,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import OnnxsplitError
     from .interrupt import run
 
-    command = {"split": _split, "export": _export, "run": _run, "solve": _solve, "evaluate": _evaluate,
+    command = {"split": _split, "export": _export, "run": _run, "serve": _serve, "solve": _solve,
+               "evaluate": _evaluate,
                "compare": _compare, "profile": _profile, "workload": _workload,
                "devices": _devices}[args.command]
     try:
@@ -700,6 +715,13 @@ def _workload(args) -> int:
                     f"{int(sup.sum())} supported nodes" for name, lat, sup in totals))
     print("  latencies: " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items())))
     return 0
+
+
+def _serve(args) -> int:
+    from .serve import serve_parts
+
+    return serve_parts(args.parts, port=args.port, host=args.host, name=args.name, address=args.address,
+                       fallback_cpu=args.fallback_cpu, ready_file=args.ready_file)
 
 
 def _devices(args) -> int:

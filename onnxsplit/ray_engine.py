@@ -79,7 +79,7 @@ def stop(started: _Started | None) -> None:
         started.kill()
 
 
-class _PartActor:
+class PartActor:
     """One part's session on the node Ray placed it on."""
 
     def __init__(self, spec: Mapping[str, Any], folder: str, shipped, providers: list, threads: int | None,
@@ -152,41 +152,18 @@ class RayParts:
 
     def _load(self, specs, optimize: bool, cpu_threads: int | None, fallback_cpu: bool, ship: bool) -> None:
         ray = ray_module()
-        actor = ray.remote(_PartActor)
+        actor = ray.remote(PartActor)
         have = ray.cluster_resources()
         shipped = self._ship(specs) if ship else {}
         self.actors: list[list[Any]] = []
         self.execution_providers = []
-        cpus = _cpu_shares(specs, have, cpu_threads)
-        for p, share in zip(specs, cpus):
-            ep = p["execution_provider"]
-            on_gpu = ep in GPU_EPS and have.get("GPU", 0) >= 1
-            absent = ep != CPU_EP and not on_gpu
-            if absent and not fallback_cpu:  # (Ray offers CPUs and GPUs; other kinds are not found)
-                raise RunError(f"part {p['name']} needs {ep}, which no node of the Ray cluster offers "
-                               f"(its resources: {', '.join(sorted(have))}); --fallback-cpu runs it on a CPU")
-            eps = p.get("execution_providers") or [ep]
-            providers: list = [CPU_EP] if absent else list(dict.fromkeys(list(eps) + [CPU_EP]))
-            if on_gpu:  # Ray shows the actor only the GPU it was given
-                providers[0] = (providers[0], {"device_id": "0"})
-            threads = p.get("threads")
-            if threads is None and ep == CPU_EP:
-                threads = cpu_threads
+        for p, (providers, threads, opts, ep) in zip(specs, actor_plans(specs, have, cpu_threads, fallback_cpu)):
             level = p.get("optimization")
-            opts: dict[str, Any] = {"num_cpus": share, "max_concurrency": 1}
-            if on_gpu:
-                opts["num_gpus"] = 1
-            if p.get("machine"):
-                if p["machine"] not in have:
-                    raise RunError(f"part {p['name']} is planned for machine '{p['machine']}', but no node of "
-                                   f"the Ray cluster offers a resource of that name (start its node with "
-                                   f"--resources '{{\"{p['machine']}\": 1}}')")
-                opts["resources"] = {p["machine"]: MACHINE_SHARE}
-            copies = [actor.options(**opts).remote(p, str(self.dir), shipped.get(p["file"]), providers, threads,
-                                                   optimize if level is None else level == "all")
+            copies = [actor.options(**opts, max_concurrency=1).remote(
+                p, str(self.dir), shipped.get(p["file"]), providers, threads, optimize if level is None else level == "all")
                       for _ in range(max(1, int(p.get("replicas") or 1)))]
             self.actors.append(copies)
-            self.execution_providers.append(CPU_EP if absent else ep)
+            self.execution_providers.append(ep)
         try:  # every actor up (its session made) before the first sample
             self.placed = ray.get([a.where.remote() for copies in self.actors for a in copies], timeout=PLACE_S)
         except ray.exceptions.GetTimeoutError:
@@ -281,6 +258,38 @@ class RayParts:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def actor_plans(specs, have: Mapping[str, float], cpu_threads: int | None, fallback_cpu: bool) -> list[tuple]:
+    """Per part: (the providers its session opens, its intra-op threads, the Ray options
+    its actors ask with, the provider it runs on); a one-line error where the cluster
+    cannot give a part what it needs."""
+    out = []
+    for p, share in zip(specs, _cpu_shares(specs, have, cpu_threads)):
+        ep = p["execution_provider"]
+        on_gpu = ep in GPU_EPS and have.get("GPU", 0) >= 1
+        absent = ep != CPU_EP and not on_gpu
+        if absent and not fallback_cpu:  # (Ray offers CPUs and GPUs; other kinds are not found)
+            raise RunError(f"part {p['name']} needs {ep}, which no node of the Ray cluster offers "
+                           f"(its resources: {', '.join(sorted(have))}); --fallback-cpu runs it on a CPU")
+        eps = p.get("execution_providers") or [ep]
+        providers: list = [CPU_EP] if absent else list(dict.fromkeys(list(eps) + [CPU_EP]))
+        if on_gpu:  # Ray shows the actor only the GPU it was given
+            providers[0] = (providers[0], {"device_id": "0"})
+        threads = p.get("threads")
+        if threads is None and ep == CPU_EP:
+            threads = cpu_threads
+        opts: dict[str, Any] = {"num_cpus": share}
+        if on_gpu:
+            opts["num_gpus"] = 1
+        if p.get("machine"):
+            if p["machine"] not in have:
+                raise RunError(f"part {p['name']} is planned for machine '{p['machine']}', but no node of "
+                               f"the Ray cluster offers a resource of that name (start its node with "
+                               f"--resources '{{\"{p['machine']}\": 1}}')")
+            opts["resources"] = {p["machine"]: MACHINE_SHARE}
+        out.append((providers, threads, opts, CPU_EP if absent else ep))
+    return out
 
 
 def _cpu_shares(specs, have: Mapping[str, float], cpu_threads: int | None) -> list[float]:

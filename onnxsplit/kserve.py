@@ -1,0 +1,165 @@
+"""The Open Inference Protocol (KServe v2, as Triton speaks it) over HTTP: requests to
+feeds, outputs to responses.  Pure functions of bytes and arrays, so the server
+(:mod:`onnxsplit.serve`) stays a thin layer and the protocol is tested without it.
+
+Tensors travel as JSON (``"data"``: the values, row-major) or, with Triton's binary
+tensor extension (what ``tritonclient.http`` sends by default), as raw little-endian
+bytes after the JSON header, whose length the ``Inference-Header-Content-Length`` HTTP
+header gives; each such tensor says its ``binary_data_size``.  A request that breaks the
+protocol raises :class:`ProtocolError` with one line for the 400 answer.
+
+Write-up: docs/machine.md (Serving).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import numpy as np
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+DATATYPES = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
+             "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
+             "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64}
+ONNX_TYPES = {"tensor(bool)": "BOOL", "tensor(uint8)": "UINT8", "tensor(uint16)": "UINT16",
+              "tensor(uint32)": "UINT32", "tensor(uint64)": "UINT64", "tensor(int8)": "INT8",
+              "tensor(int16)": "INT16", "tensor(int32)": "INT32", "tensor(int64)": "INT64",
+              "tensor(float16)": "FP16", "tensor(float)": "FP32", "tensor(double)": "FP64"}
+
+
+class ProtocolError(ValueError):
+    """The request breaks the protocol or does not fit the model (a 400 answer)."""
+
+
+def datatype_of(dtype: Any) -> str:
+    """The protocol's datatype of a numpy dtype or an ONNX type string ("tensor(float)")."""
+    if isinstance(dtype, str) and dtype in ONNX_TYPES:
+        return ONNX_TYPES[dtype]
+    kind = np.dtype(dtype)
+    for name, np_type in DATATYPES.items():
+        if np.dtype(np_type) == kind:
+            return name
+    raise ProtocolError(f"type {dtype} has no datatype in the protocol")
+
+
+def model_metadata(name: str, inputs, outputs) -> dict[str, Any]:
+    """GET /v2/models/NAME: the tensors as the manifest lists them ({name, dtype, shape})."""
+    def tensors(specs):
+        return [{"name": t["name"], "datatype": datatype_of(t["dtype"]), "shape": list(t["shape"])}
+                for t in specs]
+
+    return {"name": name, "versions": ["1"], "platform": "onnxruntime_onnx",
+            "inputs": tensors(inputs), "outputs": tensors(outputs)}
+
+
+def decode_request(body: bytes, header_length: str | None, inputs) -> tuple[dict[str, np.ndarray], dict]:
+    """(feeds by name, how to answer) from an infer request; ``inputs``: the model's input
+    specs ({name, dtype, shape}), every one required, with exactly its shape and type."""
+    try:
+        size = int(header_length) if header_length is not None else len(body)
+    except ValueError:
+        raise ProtocolError(f"{HEADER_LENGTH} must be a number, got {header_length!r}") from None
+    if not 0 <= size <= len(body):
+        raise ProtocolError(f"{HEADER_LENGTH} {size} is outside the body's {len(body)} bytes")
+    try:
+        request = json.loads(body[:size])
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProtocolError(f"the request is not JSON: {e}") from None
+    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+        raise ProtocolError("the request must be a JSON object with a list 'inputs'")
+    want = {t["name"]: t for t in inputs}
+    feeds: dict[str, np.ndarray] = {}
+    offset = size
+    for t in request["inputs"]:
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise ProtocolError("each input must be an object with a 'name'")
+        name = t["name"]
+        if name not in want:
+            raise ProtocolError(f"unknown input '{name}' (inputs: {', '.join(want)})")
+        spec = want[name]
+        shape, datatype = t.get("shape"), t.get("datatype")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise ProtocolError(f"input '{name}': 'shape' must be a list of sizes")
+        if list(shape) != list(spec["shape"]):
+            raise ProtocolError(f"input '{name}': shape {shape}, the model takes {list(spec['shape'])}")
+        if datatype != datatype_of(spec["dtype"]):
+            raise ProtocolError(f"input '{name}': datatype {datatype!r}, the model takes "
+                                f"{datatype_of(spec['dtype'])}")
+        np_type = DATATYPES[datatype]
+        count = int(np.prod(shape))
+        binary = (t.get("parameters") or {}).get("binary_data_size")
+        if binary is not None:
+            if not isinstance(binary, int) or binary != count * np.dtype(np_type).itemsize:
+                raise ProtocolError(f"input '{name}': binary_data_size {binary!r} is not "
+                                    f"{count} x {np.dtype(np_type).itemsize} bytes")
+            if offset + binary > len(body):
+                raise ProtocolError(f"input '{name}': the body ends before its {binary} bytes")
+            array = np.frombuffer(body[offset:offset + binary], dtype=np.dtype(np_type).newbyteorder("<"))
+            offset += binary
+        else:
+            try:
+                array = np.asarray(t.get("data"), dtype=np_type).reshape(-1)
+            except (TypeError, ValueError):
+                raise ProtocolError(f"input '{name}': 'data' is not a list of {datatype} values") from None
+            if array.size != count:
+                raise ProtocolError(f"input '{name}': {array.size} values for shape {shape}")
+        feeds[name] = array.astype(np_type, copy=False).reshape(shape)
+    missing = [n for n in want if n not in feeds]
+    if missing:
+        raise ProtocolError(f"input '{missing[0]}' is not given")
+    if offset != len(body):
+        raise ProtocolError(f"{len(body) - offset} bytes after the last tensor")
+    return feeds, _answer_format(request)
+
+
+def _answer_format(request: Mapping[str, Any]) -> dict:
+    """Which outputs, and which of them in binary: per requested output its
+    ``binary_data`` parameter, else the request's ``binary_data_output``."""
+    default = bool((request.get("parameters") or {}).get("binary_data_output", False))
+    wanted = request.get("outputs")
+    if wanted is None:
+        return {"outputs": None, "binary": {}, "default": default}
+    if not isinstance(wanted, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str)
+                                               for o in wanted):
+        raise ProtocolError("'outputs' must be a list of objects with a 'name'")
+    return {"outputs": [o["name"] for o in wanted], "default": default,
+            "binary": {o["name"]: bool((o.get("parameters") or {}).get("binary_data", default)) for o in wanted}}
+
+
+def encode_response(model: str, outputs: Mapping[str, np.ndarray], answer: Mapping[str, Any],
+                    request_id: str | None = None) -> tuple[bytes, dict[str, str]]:
+    """(body, HTTP headers) answering with ``outputs`` as ``answer`` (decode_request's) asks."""
+    names = answer["outputs"] if answer["outputs"] is not None else list(outputs)
+    unknown = [n for n in names if n not in outputs]
+    if unknown:
+        raise ProtocolError(f"unknown output '{unknown[0]}' (outputs: {', '.join(outputs)})")
+    tensors, blobs = [], []
+    for n in names:
+        array = np.ascontiguousarray(outputs[n])
+        entry: dict[str, Any] = {"name": n, "datatype": datatype_of(array.dtype), "shape": list(array.shape)}
+        if answer["binary"].get(n, answer["default"]):
+            raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            entry["data"] = array.reshape(-1).tolist()
+        tensors.append(entry)
+    head: dict[str, Any] = {"model_name": model, "model_version": "1", "outputs": tensors}
+    if request_id:
+        head["id"] = request_id
+    text = json.dumps(head).encode()
+    if not blobs:
+        return text, {"Content-Type": "application/json"}
+    return text + b"".join(blobs), {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(text))}
+
+
+def request_id(body: bytes, header_length: str | None) -> str | None:
+    """The request's ``id``, to echo (None where it has none or cannot be read)."""
+    try:
+        size = int(header_length) if header_length is not None else len(body)
+        value = json.loads(body[:size]).get("id")
+    except Exception:
+        return None
+    return value if isinstance(value, str) else None

@@ -1,0 +1,154 @@
+"""``onnxsplit serve PARTS``: the parts as a Ray Serve application behind an HTTP endpoint
+that speaks the Open Inference Protocol (:mod:`onnxsplit.kserve`), so standard clients
+such as ``tritonclient.http`` work unchanged.
+
+One deployment per part (its session, with the resources its device needs:
+:func:`onnxsplit.ray_engine.actor_plans`), and a gateway deployment that answers the
+protocol's routes and composes the parts through their handles: a part's call takes its
+producers' responses as arguments, so Serve moves tensors between them directly.  The
+gateway holds at most ``max_ongoing`` requests and queues ``max_queued`` more; beyond that
+a request is answered 503 at once (back-pressure, not an unbounded queue).  A request
+that breaks the protocol gets a 400 with one line; a part that fails, a 500 naming it;
+neither ends a replica.  The parts take the shapes they were exported for, so requests
+are not batched (a batch dimension is bound at export).
+
+Write-up: docs/machine.md (Serving).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from . import interrupt
+from .kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata, request_id
+from .ray_engine import PartActor, actor_plans, ray_module, start, stop
+from .runner import RunError, read_manifest, session_spec
+
+MAX_ONGOING = 16  # requests the gateway works on at once
+MAX_QUEUED = 64  # requests waiting beyond those; more are answered 503
+
+
+class Gateway:
+    """The protocol's routes; infer runs the parts in order through their handles."""
+
+    def __init__(self, name: str, manifest: dict, deps: list[list[int]], final: list[int], *parts):
+        self.name, self.parts, self.deps, self.final = name, parts, deps, final
+        self.inputs = manifest["model"]["inputs"]
+        self.outputs = manifest["model"]["outputs"]
+        self.served = 0
+
+    async def __call__(self, request):
+        from starlette.responses import JSONResponse, Response
+
+        path = request.url.path.rstrip("/")
+        model = f"/v2/models/{self.name}"
+        try:
+            if request.method == "GET":
+                if path in ("/v2/health/ready", "/v2/health/live", f"{model}/ready"):
+                    return JSONResponse({})
+                if path == "/v2":
+                    return JSONResponse({"name": "onnxsplit", "version": "1",
+                                         "extensions": ["binary_tensor_data"]})
+                if path in (model, f"{model}/versions/1"):
+                    return JSONResponse(model_metadata(self.name, self.inputs, self.outputs))
+            elif request.method == "POST" and path in (f"{model}/infer", f"{model}/versions/1/infer"):
+                body = await request.body()
+                length = request.headers.get(HEADER_LENGTH)
+                feeds, answer = decode_request(body, length, self.inputs)
+                outputs = await self._infer(feeds)
+                data, headers = encode_response(self.name, outputs, answer, request_id(body, length))
+                self.served += 1
+                return Response(data, headers=headers)
+            if path.startswith("/v2/models/") and not path.startswith(model + "/") and path != model:
+                return JSONResponse({"error": f"unknown model (this server serves '{self.name}')"}, 404)
+            return JSONResponse({"error": f"no route {request.method} {path}"}, 404)
+        except ProtocolError as e:
+            return JSONResponse({"error": str(e)}, 400)
+        except Exception as e:  # a part failed: its own error, one line
+            return JSONResponse({"error": _one_line(e)}, 500)
+
+    async def _infer(self, feeds: dict) -> dict:
+        responses: list[Any] = []
+        for i, part in enumerate(self.parts):
+            responses.append(part.run.remote(0, feeds, *[responses[d] for d in self.deps[i]]))
+        merged: dict = {}
+        for i in self.final:
+            merged.update(await responses[i])
+        return {o["name"]: merged[o["name"]] for o in self.outputs}
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(getattr(e, "cause", None) or e)
+    for line in text.splitlines()[::-1]:
+        if "RunError:" in line:
+            return line.split("RunError:", 1)[1].strip()
+    return " ".join(text.split())[:300]
+
+
+def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu: bool = False,
+                max_ongoing: int = MAX_ONGOING, max_queued: int = MAX_QUEUED):
+    """The Serve application of a parts folder (Ray must be running: it reads the
+    cluster's resources to size each part's deployment)."""
+    from ray import serve
+
+    ray = ray_module()
+    folder = Path(parts_dir).resolve()
+    manifest = read_manifest(folder)
+    specs = [session_spec(folder, manifest)] if manifest.get("run_as") == "session" else list(manifest["parts"])
+    name = name or Path(manifest["model"]["path"]).stem
+    outs = [[o["name"] for o in p["outputs"]] for p in specs]
+    producer = {o: i for i, names in enumerate(outs) for o in names}
+    deps = [sorted({producer[t["name"]] for t in p["inputs"] if t["name"] in producer}) for p in specs]
+    final = sorted({producer[o["name"]] for o in manifest["model"]["outputs"] if o["name"] in producer})
+    bound = []
+    for p, (providers, threads, opts, _) in zip(specs, actor_plans(specs, ray.cluster_resources(), 1, fallback_cpu)):
+        level = p.get("optimization")
+        part = serve.deployment(PartActor, name=p["name"], num_replicas=max(1, int(p.get("replicas") or 1)),
+                                ray_actor_options=opts, max_ongoing_requests=2)
+        bound.append(part.bind(p, str(folder), None, providers, threads, level == "all"))
+    gateway = serve.deployment(Gateway, name="gateway", max_ongoing_requests=max_ongoing,
+                               max_queued_requests=max_queued, ray_actor_options={"num_cpus": 0})
+    return gateway.bind(name, manifest, deps, final, *bound), name
+
+
+def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0.1", name: str | None = None,
+                address: str | None = None, fallback_cpu: bool = False, quiet: bool = False,
+                ready_file: str | Path | None = None) -> int:
+    """Serve until interrupted (Ctrl-C); a Ray this started is shut down at the end.
+    ``ready_file``: written (with the URL) once the endpoint answers."""
+    import sys
+
+    from ray import serve
+
+    import logging
+
+    started = start(address)
+    logging.getLogger("ray.serve").setLevel(logging.ERROR)  # its progress notes are not the user's
+    try:
+        serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "ERROR"})
+        app, name = application(parts_dir, name, fallback_cpu=fallback_cpu)
+        serve.run(app, name=name, route_prefix="/", blocking=False)
+        url = f"http://{host}:{port}/v2/models/{name}"
+        if not quiet:
+            print(f"serving '{name}' at {url} (Open Inference Protocol v2; Ctrl-C stops it)", file=sys.stderr,
+                  flush=True)
+        if ready_file:
+            Path(ready_file).write_text(json.dumps({"url": url, "name": name}))
+        while True:
+            interrupt.check()
+            time.sleep(0.2)
+    except RunError:
+        raise
+    except interrupt.Interrupted:
+        raise
+    except Exception as e:
+        raise RunError(f"serving failed: {' '.join(str(e).split())[:300]}") from None
+    finally:
+        try:
+            serve.shutdown()
+        except Exception:
+            pass
+        stop(started)

@@ -1,0 +1,216 @@
+"""``onnxsplit serve``: the Open Inference Protocol (against tritonclient's own encoder and
+decoder), and the server under a bounded load test of concurrent clients on localhost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from onnxsplit.kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata
+
+httpclient = pytest.importorskip("tritonclient.http")
+from tritonclient.http import InferInput, InferRequestedOutput, InferResult  # noqa: E402
+from tritonclient.http._utils import _get_inference_request  # noqa: E402
+
+INPUTS = [{"name": "x", "dtype": "tensor(float)", "shape": [2, 3]},
+          {"name": "ids", "dtype": "tensor(int64)", "shape": [2]}]
+
+
+def triton_request(x, ids, binary: bool, outputs=None) -> tuple[bytes, str | None]:
+    """The body tritonclient.http sends, and its header length (None: JSON only)."""
+    a, b = InferInput("x", list(x.shape), "FP32"), InferInput("ids", list(ids.shape), "INT64")
+    a.set_data_from_numpy(x, binary_data=binary)
+    b.set_data_from_numpy(ids, binary_data=binary)
+    body, json_size = _get_inference_request([a, b], "r7", outputs, 0, False, False, 0, None, None)
+    return body, (str(json_size) if json_size is not None else None)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_requests_as_tritonclient_sends_them(binary):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 7
+    ids = np.array([5, -3], dtype=np.int64)
+    body, length = triton_request(x, ids, binary)
+    feeds, answer = decode_request(body, length, INPUTS)
+    np.testing.assert_array_equal(feeds["x"], x)
+    np.testing.assert_array_equal(feeds["ids"], ids)
+    assert feeds["x"].dtype == np.float32 and feeds["ids"].dtype == np.int64
+    # no outputs named: tritonclient asks for every output in binary
+    assert answer == {"outputs": None, "binary": {}, "default": True}
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_responses_as_tritonclient_reads_them(binary):
+    outs = {"y": np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), "n": np.array([1, 2], np.int64)}
+    body, length = triton_request(np.zeros((2, 3), np.float32), np.zeros(2, np.int64), True,
+                                  outputs=[InferRequestedOutput("y", binary_data=binary), InferRequestedOutput("n")])
+    _, answer = decode_request(body, length, INPUTS)
+    data, headers = encode_response("m", outs, answer, "r7")
+    got = InferResult.from_response_body(data, header_length=int(headers[HEADER_LENGTH])
+                                         if HEADER_LENGTH in headers else None)
+    np.testing.assert_array_equal(got.as_numpy("y"), outs["y"])
+    np.testing.assert_array_equal(got.as_numpy("n"), outs["n"])
+    assert got.get_response()["id"] == "r7" and got.get_response()["model_name"] == "m"
+    assert (HEADER_LENGTH in headers) == True  # noqa: E712  ("n" is binary by default)
+
+
+@pytest.mark.parametrize("body, words", [
+    (b"not json", "not JSON"),
+    (b'{"inputs": 3}', "list 'inputs'"),
+    (b'{"inputs": [{"name": "z", "shape": [1], "datatype": "FP32", "data": [1]}]}', "unknown input 'z'"),
+    (b'{"inputs": [{"name": "x", "shape": [3, 2], "datatype": "FP32", "data": [1,2,3,4,5,6]}]}',
+     r"shape \[3, 2\], the model takes \[2, 3\]"),
+    (b'{"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP64", "data": [1,2,3,4,5,6]}]}',
+     "datatype 'FP64', the model takes FP32"),
+    (b'{"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1,2,3]}]}', "3 values"),
+    (b'{"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1,2,3,4,5,6]}]}',
+     "input 'ids' is not given"),
+    (b'{"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": ["a",2,3,4,5,6]}]}', "not a list"),
+])
+def test_a_bad_request_is_one_line(body, words):
+    with pytest.raises(ProtocolError, match=words) as e:
+        decode_request(body, None, INPUTS)
+    assert "\n" not in str(e.value)
+
+
+def test_binary_sizes_are_checked():
+    body, length = triton_request(np.zeros((2, 3), np.float32), np.zeros(2, np.int64), True)
+    with pytest.raises(ProtocolError, match="ends before"):
+        decode_request(body[:-4], length, INPUTS)
+    with pytest.raises(ProtocolError, match="bytes after the last tensor"):
+        decode_request(body + b"xx", length, INPUTS)
+    with pytest.raises(ProtocolError, match="outside the body"):
+        decode_request(body, str(len(body) + 1), INPUTS)
+
+
+def test_metadata_names_the_tensors():
+    meta = model_metadata("m", INPUTS, [{"name": "y", "dtype": "tensor(float16)", "shape": [1]}])
+    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [2, 3]},
+                              {"name": "ids", "datatype": "INT64", "shape": [2]}]
+    assert meta["outputs"][0]["datatype"] == "FP16"
+
+
+# ---- the server ------------------------------------------------------------------------------------
+
+ray = pytest.importorskip("ray")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_processes() -> set[int]:
+    out = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if b"raylet" in cmd or b"gcs_server" in cmd:
+                out.add(int(pid))
+    return out
+
+
+def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):
+    from onnx_models import mlp
+    from onnxsplit.export import export
+    from onnxsplit.graph import OpGraph
+
+    model = mlp(tmp_path / "m.onnx", layers=4, batch=2, width=32)
+    g = OpGraph.from_onnx(model)
+    names = [n.name for n in g.nodes]
+    cpu = "CPUExecutionProvider"
+    parts = export(g, {n: "cpu0" if i < len(names) // 2 else "cpu1" for i, n in enumerate(names)},
+                   tmp_path / "parts", providers={"cpu0": cpu, "cpu1": cpu}, threads={"cpu0": 1, "cpu1": 1},
+                   plan={"objective": "throughput"}).out
+    session = ort.InferenceSession(str(model), providers=[cpu])
+    x_name, y_name = session.get_inputs()[0].name, session.get_outputs()[0].name
+    shape = session.get_inputs()[0].shape
+    port, ready = free_port(), tmp_path / "ready.json"
+    before = ray_processes()
+    proc = subprocess.Popen([sys.executable, "-m", "onnxsplit", "serve", str(parts), "--port", str(port),
+                             "--name", "mlp", "--ready-file", str(ready)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while not ready.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert ready.exists(), proc.stderr.read().decode()[-2000:]
+        url = f"127.0.0.1:{port}"
+        client = httpclient.InferenceServerClient(url)
+        assert client.is_server_ready() and client.is_model_ready("mlp")
+        assert client.get_model_metadata("mlp")["inputs"][0]["shape"] == shape
+
+        errors, answered = [], []
+
+        def one_client(k: int) -> None:
+            c = httpclient.InferenceServerClient(url)
+            rng = np.random.default_rng(k)
+            for j in range(50):
+                x = rng.standard_normal(shape).astype(np.float32)
+                inp = InferInput(x_name, shape, "FP32")
+                inp.set_data_from_numpy(x, binary_data=(j % 2 == 0))
+                try:
+                    got = c.infer("mlp", [inp]).as_numpy(y_name)
+                    want = session.run(None, {x_name: x})[0]
+                    if not np.allclose(got, want, atol=1e-5):
+                        errors.append(f"client {k} request {j}: wrong answer")
+                    answered.append(1)
+                except Exception as e:  # noqa: BLE001 (collected, asserted below)
+                    errors.append(f"client {k} request {j}: {e}")
+
+        threads = [threading.Thread(target=one_client, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        assert not errors, errors[:3]
+        assert len(answered) == 400  # none lost
+
+        def post(path: str, body: bytes) -> tuple[int, dict]:
+            req = urllib.request.Request(f"http://{url}{path}", data=body, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        code, answer = post("/v2/models/mlp/infer", b"{not json")
+        assert code == 400 and "not JSON" in answer["error"]
+        code, answer = post("/v2/models/mlp/infer", json.dumps(
+            {"inputs": [{"name": x_name, "shape": [1, 1], "datatype": "FP32", "data": [0.0]}]}).encode())
+        assert code == 400 and "shape [1, 1]" in answer["error"]
+        code, answer = post("/v2/models/other/infer", b"{}")
+        assert code == 404
+        x = np.ones(shape, np.float32)  # still serving after the bad requests
+        code, answer = post("/v2/models/mlp/infer", json.dumps(
+            {"inputs": [{"name": x_name, "shape": shape, "datatype": "FP32", "data": x.ravel().tolist()}]}).encode())
+        assert code == 200
+        np.testing.assert_allclose(np.array(answer["outputs"][0]["data"]).reshape(answer["outputs"][0]["shape"]),
+                                   session.run(None, {x_name: x})[0], atol=1e-5)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    assert proc.returncode == 130
+    for _ in range(50):
+        if not ray_processes() - before:
+            break
+        time.sleep(0.2)
+    assert not ray_processes() - before, "a Ray process the server started is still running"
