@@ -55,6 +55,12 @@ def expected() -> dict:
 # `make test-quick` under a minute (it prints its own time and slowest tests). Names are bare
 # function names: they are unique across tests/, and they survive a test file being renamed.
 SLOW = frozenset({
+    # test_ray.py / test_serve.py: a local Ray (or a cluster of two nodes) started per case (4 - 21 s)
+    "test_run_on_a_local_ray_beside_the_threaded_runner",
+    "test_stream_keeps_order_and_matches_the_original",
+    "test_parts_pinned_to_machines_run_on_their_nodes",
+    "test_interrupting_the_ray_engine_leaves_no_ray_behind",
+    "test_serve_answers_concurrent_clients_and_stops_cleanly",
     # test_deadlines.py: waits for time limits, Ctrl-C in subprocesses (1 - 9 s a case)
     "test_a_solve_returns_by_its_time_limit_with_a_valid_plan",
     "test_an_interrupted_main_command_leaves_the_previous_output",
