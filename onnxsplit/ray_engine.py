@@ -89,13 +89,13 @@ class PartActor:
         from .profile.measure import session_options
 
         self.spec = dict(spec)
-        path = Path(folder) / spec["file"]
-        if shipped is not None and not path.exists():  # another machine: the files came along
-            files = ray_module().get(shipped)
+        if shipped is not None:  # the files came along (Ray resolved the ref): written out here
+            files = shipped if isinstance(shipped, dict) else ray_module().get(shipped)
             folder = tempfile.mkdtemp(prefix="onnxsplit-part-")
             for name, data in files.items():
                 Path(folder, name).write_bytes(data)
-            path = Path(folder) / spec["file"]
+        self.folder = folder
+        path = Path(folder) / spec["file"]
         so = session_options(threads, optimize=optimize)
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         for k, v in (spec.get("config") or {}).items():
@@ -113,7 +113,7 @@ class PartActor:
     def where(self) -> dict[str, Any]:
         """The Ray node this actor runs on, and the provider its session uses."""
         return {"node": ray_module().get_runtime_context().get_node_id(),
-                "provider": self.session.get_providers()[0]}
+                "provider": self.session.get_providers()[0], "folder": self.folder}
 
     def run(self, sample: int, *values: Mapping[str, Any]) -> dict[str, Any]:
         """The part on one sample: its inputs from the model's feeds and its producers'
@@ -154,7 +154,7 @@ class RayParts:
         ray = ray_module()
         actor = ray.remote(PartActor)
         have = ray.cluster_resources()
-        shipped = self._ship(specs) if ship else {}
+        shipped = ship_parts(self.dir, specs) if ship else {}
         self.actors: list[list[Any]] = []
         self.execution_providers = []
         for p, (providers, threads, opts, ep) in zip(specs, actor_plans(specs, have, cpu_threads, fallback_cpu)):
@@ -179,15 +179,6 @@ class RayParts:
         producer = {o: i for i, names in enumerate(outs) for o in names}
         self._deps = [sorted({producer[t] for t in names if t in producer}) for names in ins]
         self._final = sorted({producer[o] for o in self.output_names if o in producer})
-
-    def _ship(self, specs) -> dict[str, Any]:
-        """part file -> object ref of {file: bytes} for it and the weights it reads."""
-        ray = ray_module()
-        weights = {}
-        for name in ("weights.bin",):
-            if (self.dir / name).exists():
-                weights[name] = (self.dir / name).read_bytes()
-        return {p["file"]: ray.put({p["file"]: (self.dir / p["file"]).read_bytes(), **weights}) for p in specs}
 
     @property
     def inputs(self) -> list[dict[str, Any]]:
@@ -258,6 +249,14 @@ class RayParts:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def ship_parts(folder: Path, specs) -> dict[str, Any]:
+    """part file -> object ref of {file: bytes} for it and the weights it reads: what an
+    actor on a machine that does not see ``folder`` writes out and opens."""
+    ray = ray_module()
+    weights = {name: (folder / name).read_bytes() for name in ("weights.bin",) if (folder / name).exists()}
+    return {p["file"]: ray.put({p["file"]: (folder / p["file"]).read_bytes(), **weights}) for p in specs}
 
 
 def actor_plans(specs, have: Mapping[str, float], cpu_threads: int | None, fallback_cpu: bool) -> list[tuple]:

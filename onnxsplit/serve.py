@@ -24,7 +24,7 @@ from typing import Any
 
 from . import interrupt
 from .kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata, request_id
-from .ray_engine import PartActor, actor_plans, ray_module, start, stop
+from .ray_engine import PartActor, actor_plans, ray_module, ship_parts, start, stop
 from .runner import RunError, read_manifest, session_spec
 
 MAX_ONGOING = 16  # requests the gateway works on at once
@@ -89,9 +89,10 @@ def _one_line(e: BaseException) -> str:
 
 
 def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu: bool = False,
-                max_ongoing: int = MAX_ONGOING, max_queued: int = MAX_QUEUED):
+                max_ongoing: int = MAX_ONGOING, max_queued: int = MAX_QUEUED, ship: bool = False):
     """The Serve application of a parts folder (Ray must be running: it reads the
-    cluster's resources to size each part's deployment)."""
+    cluster's resources to size each part's deployment).  ``ship``: the part files go
+    to the replicas through the object store (a cluster whose nodes do not see them)."""
     from ray import serve
 
     ray = ray_module()
@@ -103,12 +104,13 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
     producer = {o: i for i, names in enumerate(outs) for o in names}
     deps = [sorted({producer[t["name"]] for t in p["inputs"] if t["name"] in producer}) for p in specs]
     final = sorted({producer[o["name"]] for o in manifest["model"]["outputs"] if o["name"] in producer})
+    shipped = ship_parts(folder, specs) if ship else {}
     bound = []
     for p, (providers, threads, opts, _) in zip(specs, actor_plans(specs, ray.cluster_resources(), 1, fallback_cpu)):
         level = p.get("optimization")
         part = serve.deployment(PartActor, name=p["name"], num_replicas=max(1, int(p.get("replicas") or 1)),
                                 ray_actor_options=opts, max_ongoing_requests=2)
-        bound.append(part.bind(p, str(folder), None, providers, threads, level == "all"))
+        bound.append(part.bind(p, str(folder), shipped.get(p["file"]), providers, threads, level == "all"))
     gateway = serve.deployment(Gateway, name="gateway", max_ongoing_requests=max_ongoing,
                                max_queued_requests=max_queued, ray_actor_options={"num_cpus": 0})
     return gateway.bind(name, manifest, deps, final, *bound), name
@@ -129,7 +131,7 @@ def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0
     logging.getLogger("ray.serve").setLevel(logging.ERROR)  # its progress notes are not the user's
     try:
         serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "ERROR"})
-        app, name = application(parts_dir, name, fallback_cpu=fallback_cpu)
+        app, name = application(parts_dir, name, fallback_cpu=fallback_cpu, ship=address is not None)
         serve.run(app, name=name, route_prefix="/", blocking=False)
         url = f"http://{host}:{port}/v2/models/{name}"
         if not quiet:

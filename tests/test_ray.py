@@ -28,8 +28,12 @@ from onnxsplit.ray_engine import RayParts  # noqa: E402
 CPU = "CPUExecutionProvider"
 
 
-def ray_processes() -> set[int]:
-    """Pids of Ray's own daemons on this machine (raylet, GCS)."""
+def ray_processes(driver: int | None = None) -> set[int]:
+    """Pids of the Ray daemons (raylet, GCS) of the Ray that process ``driver`` started
+    (default: this one): their session is named after it, so another Ray on the machine
+    does not count."""
+    driver = os.getpid() if driver is None else driver
+    mark = f"_{driver}/".encode()
     out = set()
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -37,7 +41,7 @@ def ray_processes() -> set[int]:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"raylet" in cmd or b"gcs_server" in cmd:
+            if (b"raylet" in cmd or b"gcs_server" in cmd) and mark in cmd:
                 out.add(int(pid))
     return out
 
@@ -93,6 +97,7 @@ def test_stream_keeps_order_and_matches_the_original(tmp_path, no_ray_left):
         assert len(got) == 12
         for feeds, out in zip(samples, got):
             np.testing.assert_allclose(out[y], original(model, feeds)[0], atol=1e-5)
+        assert all(w["folder"] == str(parts) for w in rp.placed)  # read where they are
         with pytest.raises(RunError, match=r"part part0_cpu0 on cpu0 failed on sample 0: .*"):
             rp.run({"x": np.zeros((3, 3), np.float32)})  # the wrong shape: the part's own error
         assert rp.run(samples[0])[y].shape == got[0][y].shape  # and it still runs
@@ -107,6 +112,7 @@ def test_parts_pinned_to_machines_run_on_their_nodes(tmp_path, no_ray_left):
         m2 = cluster.add_node(num_cpus=1, resources={"m2": 1})
         cluster.wait_for_nodes()
         with RayParts(parts, address=cluster.address) as rp:  # shipped through the object store
+            assert all(w["folder"] != str(parts) for w in rp.placed)
             nodes = {p["name"]: w["node"] for p, w in zip(rp.parts, rp.placed)}
             assert nodes["part1_cpu1"] == m2.node_id and nodes["part0_cpu0"] == cluster.head_node.node_id
             feeds = random_feeds(rp.inputs, seed=1)
@@ -124,12 +130,12 @@ def test_parts_pinned_to_machines_run_on_their_nodes(tmp_path, no_ray_left):
 
 def test_interrupting_the_ray_engine_leaves_no_ray_behind(tmp_path):
     _, parts = two_parts(tmp_path)
-    before = ray_processes()
     proc = subprocess.Popen([sys.executable, "-m", "onnxsplit", "run", str(parts), "--engine", "ray",
                              "--samples", "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 60
-    while time.time() < deadline and not (ray_processes() - before):
+    while time.time() < deadline and not ray_processes(proc.pid):
         time.sleep(0.2)
+    assert ray_processes(proc.pid), "the command started no Ray"
     time.sleep(3)  # its actors up and measuring
     assert proc.poll() is None
     began = time.time()
@@ -137,7 +143,7 @@ def test_interrupting_the_ray_engine_leaves_no_ray_behind(tmp_path):
     proc.wait(timeout=10)
     assert proc.returncode == 130 and time.time() - began < 3
     for _ in range(50):
-        if not ray_processes() - before:
+        if not ray_processes(proc.pid):
             break
         time.sleep(0.2)
-    assert not ray_processes() - before
+    assert not ray_processes(proc.pid)

@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -112,15 +113,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ray_processes() -> set[int]:
+def ray_processes(driver: int | None = None) -> set[int]:
+    """Pids of the Ray daemons (raylet, GCS) of the Ray that process ``driver`` started
+    (default: this one): their session is named after it, so another Ray on the machine
+    does not count."""
+    driver = os.getpid() if driver is None else driver
+    mark = f"_{driver}/".encode()
     out = set()
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"raylet" in cmd or b"gcs_server" in cmd:
+            if (b"raylet" in cmd or b"gcs_server" in cmd) and mark in cmd:
                 out.add(int(pid))
     return out
 
@@ -141,7 +147,6 @@ def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):
     x_name, y_name = session.get_inputs()[0].name, session.get_outputs()[0].name
     shape = session.get_inputs()[0].shape
     port, ready = free_port(), tmp_path / "ready.json"
-    before = ray_processes()
     proc = subprocess.Popen([sys.executable, "-m", "onnxsplit", "serve", str(parts), "--port", str(port),
                              "--name", "mlp", "--ready-file", str(ready)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -210,7 +215,7 @@ def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):
             proc.kill()
     assert proc.returncode == 130
     for _ in range(50):
-        if not ray_processes() - before:
+        if not ray_processes(proc.pid):
             break
         time.sleep(0.2)
-    assert not ray_processes() - before, "a Ray process the server started is still running"
+    assert not ray_processes(proc.pid), "a Ray process the server started is still running"
