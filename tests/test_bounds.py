@@ -65,3 +65,38 @@ def test_ip_proves_the_packing_optimum():
     plan = ip.solve_throughput(W(seven_equal()), time_limit=30)
     assert plan.value == pytest.approx(3.0) and plan.lower_bound == pytest.approx(3.0)
     assert plan.gap == pytest.approx(0.0, abs=1e-8)
+
+
+def test_split_bound_does_not_count_a_core_as_an_accelerator():
+    """Eight units of 1 on an accelerator, 40 on a core; two of each: the average says 2,
+    but the cores take only 1/20 of an accelerator's work each: 8 / (2 + 2/40)."""
+    data = workload([node(i, cpu=40.0, acc=1.0) for i in range(8)], [], k=2, l=2)
+    w = W(data)
+    acc, cpu = classes.build_classes(w).device_costs()
+    assert bounds.work_bound(acc, cpu, 2, 2) == pytest.approx(2.0)
+    assert bounds.split_bound(acc, cpu, w.size, 2, 2, w.accelerator_memory) == pytest.approx(8 / 2.05)
+    best, _ = bf.brute_min_max_load(bf.view(data), chain=False)
+    assert bounds.max_load_lower_bound(w) <= best  # 4: two units on each accelerator
+    # memory for four units in all: the other four on the cores
+    sized = workload([node(i, cpu=40.0, acc=1.0, size=1.0) for i in range(8)], [], k=2, l=2, mem=2.0)
+    w = W(sized)
+    assert bounds.split_bound(acc, cpu, w.size, 2, 2, 2.0) == pytest.approx(80.0)
+    assert bounds.max_load_lower_bound(w) <= bf.brute_min_max_load(bf.view(sized), chain=False)[0]
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_lp_round_is_a_valid_plan_and_its_bound_holds(seed):
+    from onnxsplit.solve import evaluate
+    from onnxsplit.solve.throughput.lp_round import lp_round
+
+    data = bf.random_workload(seed, training=seed % 3 == 2, n_range=(2, 7), k_range=(1, 3), l_range=(0, 2))
+    best, _ = bf.brute_min_max_load(bf.view(data), chain=False)
+    w = W(data)
+    plan = lp_round(w)
+    if plan.value is None:
+        return
+    assert plan.status == "feasible" and evaluate.check(w, plan.assignment) == []
+    assert plan.value == pytest.approx(bf.max_load(bf.view(data), plan.assignment))
+    assert best is not None and plan.value >= best * (1 - 1e-9) - 1e-12
+    if plan.lower_bound is not None:
+        assert plan.lower_bound <= best * (1 + 1e-9) + 1e-12

@@ -19,7 +19,7 @@ import time
 from typing import Callable
 
 from .. import interrupt
-from ..plan import Plan
+from ..plan import Plan, gap_of
 from ..workload import Workload
 from . import evaluate
 
@@ -36,6 +36,9 @@ class _Offers:
     def __init__(self, workload: Workload, objective: str):
         self.workload, self.objective = workload, objective
         self.best: tuple[float, dict[int, str], str] | None = None
+        self.bound: float | None = None  # the best lower bound the method proved so far
+        self.began = time.perf_counter()
+        self.first: float | None = None  # seconds to the first valid plan offered
         self.lock = threading.Lock()
 
     def offer(self, assignment: dict[int, str] | None, by: str) -> None:
@@ -43,6 +46,8 @@ class _Offers:
             return
         value = evaluate.score(self.workload, assignment, self.objective).value
         with self.lock:
+            if self.first is None:
+                self.first = time.perf_counter() - self.began
             if self.best is None or value < self.best[0]:
                 self.best = (value, dict(assignment), by)
 
@@ -56,6 +61,15 @@ def offer(assignment: dict[int, str] | None, by: str) -> None:
     offers = getattr(_local, "offers", None)
     if offers is not None:
         offers.offer(assignment, by)
+
+
+def prove(bound: float | None) -> None:
+    """A lower bound the running method has proven (kept with the plan should it be
+    stopped); a no-op outside :func:`within`."""
+    offers = getattr(_local, "offers", None)
+    if offers is not None and bound is not None and bound > 0:
+        with offers.lock:
+            offers.bound = max(offers.bound or 0.0, float(bound))
 
 
 def within(time_limit: float | None, workload: Workload, objective: str, method: str,
@@ -89,7 +103,9 @@ def within(time_limit: float | None, workload: Workload, objective: str, method:
     if done.is_set():
         if "error" in outcome:
             raise outcome["error"]
-        return outcome["plan"]
+        plan = outcome["plan"]
+        plan.details.setdefault("first_plan_s", offers.first if offers.first is not None else plan.seconds)
+        return plan
     stop.set()
     done.wait(STOP_WAIT_S)  # most stop at once: not left running beside what comes next
     if not done.is_set():
@@ -110,5 +126,7 @@ def within(time_limit: float | None, workload: Workload, objective: str, method:
         return Plan(objective, method, "time_limit", None, {}, seconds=seconds,
                     details={"stopped": why + " before it had a plan"})
     value, assignment, by = offers.best
+    lb = min(offers.bound, value) if offers.bound is not None else None
     return Plan(objective, method, "time_limit", value, assignment, seconds=seconds,
-                details={"stopped": f"{why}; this is the best plan it had ({by})"})
+                lower_bound=lb, gap=gap_of(value, lb),
+                details={"stopped": f"{why}; this is the best plan it had ({by})", "first_plan_s": offers.first})

@@ -98,6 +98,12 @@ def _dp(w, objective, o):
     return dp.solve(w, time_limit=o.time_limit)
 
 
+def _lp_round(w, objective, o):
+    from .throughput import lp_round
+
+    return lp_round.lp_round(w, time_limit=o.time_limit)
+
+
 def _dp_linear(w, objective, o):
     from .throughput import dp
 
@@ -215,10 +221,12 @@ REGISTRY: tuple[Method, ...] = (
            "exact DP over ideals: the optimal linear pipeline of contiguous parts", _dp, classes=True),
     Method("dp_linear", ("throughput",), "method",
            "the same DP along a few topological orders (the paper's linearized upper bound)", _dp_linear,
-           warm_start={"throughput": 0, "latency": 3}, classes=True),
+           warm_start={"throughput": 1, "latency": 3}, classes=True),
     Method("dp_ring", ("throughput",), "method",
            "one order bent into a ring: one accelerator holds a prefix and a suffix (tied weights)", _dp_ring,
-           warm_start={"throughput": 1}),
+           warm_start={"throughput": 2}),
+    Method("lp_round", ("throughput",), "method",
+           "the transfer-free LP rounded: CPUs take the weight-heavy units (memory binding)", _lp_round, warm_start={"throughput": 0}),
     Method("ip", BOTH, "method",
            "integer program (HiGHS) with a proven gap: non-contiguous throughput, or latency with up to "
            "--pieces calls per accelerator", _ip, IPOptions, classes=True),
@@ -233,7 +241,7 @@ REGISTRY: tuple[Method, ...] = (
            "on the CPU", _greedy, warm_start={"latency": 1}),
     Method("local_search", ("throughput",), "baseline",
            "steepest descent over colour-class moves, with seeded random restarts", _local_search, SearchOptions,
-           warm_start={"throughput": 2}),
+           warm_start={"throughput": 3}),
     Method("pipedream", ("throughput",), "baseline",
            "PipeDream's planner: branches collapsed, then a DP over one order's prefixes", _pipedream,
            warm_start={"latency": 4}),

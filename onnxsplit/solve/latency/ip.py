@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import OnnxsplitError
 from ...plan import Plan, gap_of
 from ...workload import Workload
-from .. import evaluate
+from .. import anytime, evaluate
 from ..finish import status_label
 from ..milp import finite, new_model, optimize
 from .bound_series import block_parts, series_lower_bound
@@ -67,6 +67,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     if not w.multi_class:  # (the path bound's cuts read one accelerator class)
         floor = max(floor, latency_lower_bound(w, pieces, seconds=path_seconds))
     details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub, "path_bound": floor}
+    anytime.prove(floor)
 
     def proven_start():
         """The warm start, where the bounds so far prove it within the gap; else None."""

@@ -23,7 +23,7 @@ from ..classes import Classes, build_classes
 from ..finish import status_label
 from ..milp import add_contiguity, crossing, finite, new_model, optimize
 from . import bound_parts, bound_setcover, bound_spread, improve_pairs, ip_routed
-from .bounds import packing_bound
+from .bounds import packing_bound, split_bound
 
 def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: bool = False,
                      time_limit: float = 60.0, solver: str = "highs", warm_start: dict[int, str] | None = None,
@@ -235,9 +235,16 @@ def _transfer_free_can_prove(w: Workload, start: dict[int, str] | None, value: f
 
 
 def _packing_floor(w: Workload, cl: Classes, split_passes: bool) -> float:
-    """The packing bound (bounds.py) as T's floor; 0 where it says nothing (or for the
-    max forward + max backward objective, which it does not bound)."""
-    floor = 0.0 if split_passes else packing_bound(*cl.device_costs(), w.num_accelerators, w.num_cpus)
+    """The packing and split bounds (bounds.py) as T's floor, also offered to the time
+    limit's watch; 0 where they say nothing (or for the max forward + max backward
+    objective, which they do not bound)."""
+    if split_passes:
+        return 0.0
+    acc, cpu = cl.device_costs()
+    split = split_bound(acc, cpu, cl.size, w.num_accelerators, w.num_cpus, w.accelerator_memory)
+    floor = packing_bound(acc, cpu, w.num_accelerators, w.num_cpus, floor=split) if np.isfinite(split) else split
+    if np.isfinite(floor):
+        anytime.prove(floor)
     return floor if np.isfinite(floor) else 0.0
 
 

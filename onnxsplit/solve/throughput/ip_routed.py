@@ -21,7 +21,7 @@ import numpy as np
 from ...errors import OnnxsplitError
 from ...plan import Plan, gap_of
 from ...workload import Workload
-from .. import evaluate
+from .. import anytime, evaluate
 from ..classes import build_classes
 from ..finish import status_label
 from ..milp import add_contiguity, crossing, finite, new_model, optimize
@@ -118,6 +118,7 @@ def solve(w: Workload, *, contiguous: bool = False, split_passes: bool = False, 
                 loads[d].append(price * copy)
                 loads[b].append(price * copy)
     floor = classes_lower_bound(lat)
+    anytime.prove(floor)
     T = model.add_var(lb=floor)
     for d in range(ndev):
         model += T >= mip.xsum(loads[d])
