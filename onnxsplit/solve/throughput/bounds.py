@@ -56,6 +56,8 @@ def split_lp(acc: np.ndarray, cpu: np.ndarray, size: np.ndarray, k: int, l: int,
         if not ok.all() or float(size.sum()) > k * memory * (1 + 1e-12):
             return float("inf"), None
         return max(lo, float(acc.sum()) / k), None
+    if not np.isfinite(memory) or float(size[ok].sum()) <= k * memory:
+        return _split_without_memory(acc, cpu, k, l, lo, ok)
     import mip  # deliberate: the DP imports this module, and its plans need no solver
 
     from ..milp import new_model
@@ -76,6 +78,29 @@ def split_lp(acc: np.ndarray, cpu: np.ndarray, size: np.ndarray, k: int, l: int,
         return lo, None
     share = np.array([v.x or 0.0 for v in x])
     return max(lo, float(model.objective_value) * (1 - 1e-9)), share
+
+
+def _split_without_memory(acc, cpu, k: int, l: int, lo: float, ok: np.ndarray) -> tuple[float, np.ndarray]:
+    """:func:`split_lp` where memory does not bind, in closed form: units move to the CPUs
+    cheapest CPU time per accelerator time first, until the CPUs' load per core meets the
+    accelerators' (the last one in part)."""
+    share = np.where(ok, 1.0, 0.0)
+    fixed = float(cpu[~ok].sum())  # units only a CPU runs
+    idx = np.flatnonzero(ok)
+    a, c = acc[idx], cpu[idx]
+    order = np.argsort(np.where(a > 0, c / np.where(a > 0, a, 1.0), np.inf), kind="stable")
+    A, C = float(a.sum()), fixed
+    if C / l >= A / k:
+        return max(lo, C / l, A / k), share
+    for j in order:
+        nA, nC = A - float(a[j]), C + float(c[j])
+        if nC / l >= nA / k:  # the crossing: part of unit j moves
+            f = (A / k - C / l) / (float(c[j]) / l + float(a[j]) / k)
+            share[idx[j]] = 1.0 - f
+            return max(lo, (C + f * float(c[j])) / l), share
+        A, C = nA, nC
+        share[idx[j]] = 0.0
+    return max(lo, C / l), share
 
 
 def unit_times(w: Workload, of_node: np.ndarray, units: int) -> np.ndarray:
