@@ -104,21 +104,25 @@ def _rounded(share, threshold: float, acc, cpu, size, k: int, l: int, memory: fl
                 excess -= float(cpu[g])
     devices = np.full(n, -1, dtype=np.int64)
     if k:
-        if not _runs(np.flatnonzero(~on_cpu), acc, size, k, memory, devices, 0):
-            return None
+        homeless = _runs(np.flatnonzero(~on_cpu), acc, size, k, memory, devices, 0)
+        if homeless:  # the runs left no room for them: to the CPUs, where there are any
+            if not l:
+                return None
+            on_cpu[homeless] = True
     if l:
         _runs(np.flatnonzero(on_cpu), cpu, np.zeros(n), l, np.inf, devices, k)
     return devices if (devices >= 0).all() else None
 
 
 def _runs(units: np.ndarray, cost: np.ndarray, size: np.ndarray, count: int, memory: float,
-          devices: np.ndarray, first: int) -> bool:
+          devices: np.ndarray, first: int) -> list[int]:
     """``units`` (in topological order) as ``count`` contiguous runs, each up to an equal
-    share of their cost and within ``memory``; what a run cannot hold goes, first fit, to
-    any device of the kind with room.  False where some unit fits nowhere."""
+    share of their cost and within ``memory``; what a run cannot hold goes to the device
+    of the kind with room and the least load.  Returns the units that fit nowhere."""
     target = float(cost[units].sum()) / count
     load, used = np.zeros(count), np.zeros(count)
     d = 0
+    homeless = []
     for g in units:
         while d < count - 1 and (load[d] + cost[g] > target * 1.02 and load[d] > 0 or
                                  used[d] + size[g] > memory * (1 + 1e-12)):
@@ -126,11 +130,12 @@ def _runs(units: np.ndarray, cost: np.ndarray, size: np.ndarray, count: int, mem
         if used[d] + size[g] > memory * (1 + 1e-12):
             room = np.flatnonzero(used + size[g] <= memory * (1 + 1e-12))
             if not len(room):
-                return False
+                homeless.append(int(g))
+                continue
             e = int(room[np.argmin(load[room])])
         else:
             e = d
         devices[g] = first + e
         load[e] += cost[g]
         used[e] += size[g]
-    return True
+    return homeless
