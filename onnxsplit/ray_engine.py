@@ -1,21 +1,14 @@
 """Run a parts folder on Ray: one actor per part (per copy) holding its onnxruntime session.
 
-:class:`RayParts` has the interface of :class:`onnxsplit.runner.Parts` (``run``,
-``stream``, ``default_depth``, ...), so ``onnxsplit run --engine ray`` verifies and
-measures it as the threaded runner does.  Each actor asks for the resources its device
-needs: a CPU part its intra-op threads as CPUs, a CUDA part one GPU (Ray then shows it the
-one GPU it was given, so the session opens device 0), and a part whose device names a
-machine (``machine`` in the cluster file) the custom resource of that name, which the
-Ray node on that machine offers (``ray start --resources '{"NAME": 1}'``).  Tensors move
-through Ray's object store: a part's call takes its producers' output refs as arguments,
-so a sample's calls are all submitted at once and each actor works on the next sample
-while the next part works on this one; at most ``depth`` samples are in flight.
+:class:`RayParts` has the interface of :class:`onnxsplit.runner.Parts`, so ``onnxsplit run
+--engine ray`` verifies and measures it as the threaded runner does.  Each actor asks for
+its device's resources (:func:`actor_plans`: CPUs, one GPU, the custom resource of the
+machine the plan put it on).  A part's call takes its producers' output refs, so tensors
+move through Ray's object store and the actors pipeline, ``depth`` samples in flight.
+Without an address a local Ray is started and shut down at the end (and on Ctrl-C); with
+one, a running cluster is joined and the part files are shipped to the actors.
 
-Without an address a local Ray is started and shut down at the end (and on Ctrl-C:
-:mod:`onnxsplit.interrupt`); with one, a running cluster is joined and the parts are
-shipped to the actors through the object store, so nothing is copied by hand.
-
-Write-up: docs/machine.md (Running on Ray).
+Write-up: docs/machine.md (Running on Ray and serving).
 """
 
 from __future__ import annotations

@@ -2,17 +2,13 @@
 that speaks the Open Inference Protocol (:mod:`onnxsplit.kserve`), so standard clients
 such as ``tritonclient.http`` work unchanged.
 
-One deployment per part (its session, with the resources its device needs:
-:func:`onnxsplit.ray_engine.actor_plans`), and a gateway deployment that answers the
-protocol's routes and composes the parts through their handles: a part's call takes its
-producers' responses as arguments, so Serve moves tensors between them directly.  The
-gateway holds at most ``max_ongoing`` requests and queues ``max_queued`` more; beyond that
-a request is answered 503 at once (back-pressure, not an unbounded queue).  A request
-that breaks the protocol gets a 400 with one line; a part that fails, a 500 naming it;
-neither ends a replica.  The parts take the shapes they were exported for, so requests
-are not batched (a batch dimension is bound at export).
+One deployment per part (resources as :func:`onnxsplit.ray_engine.actor_plans` gives
+them) and a gateway that answers the protocol's routes and composes the parts through
+their handles.  The gateway holds ``max_ongoing`` requests and queues ``max_queued``;
+beyond that Serve answers 503 (back-pressure).  A bad request gets a 400 with one line, a
+failing part a 500 naming it.  Parts keep their exported shapes: requests are not batched.
 
-Write-up: docs/machine.md (Serving).
+Write-up: docs/machine.md (Running on Ray and serving).
 """
 
 from __future__ import annotations

@@ -23,13 +23,26 @@ from ..classes import build_classes
 _STEPS = 50  # bisection steps for the packing bound (relative precision ~1e-15)
 
 
-def max_load_lower_bound(w: Workload) -> float:
+def max_load_lower_bound(w: Workload, packing: bool = True) -> float:
     """The larger of :func:`packing_bound` (at least :func:`work_bound`) and
-    :func:`split_bound`: no plan's max load (forward plus backward on one device) is below it."""
+    :func:`split_bound`: no plan's max load (forward plus backward on one device) is below
+    it.  ``packing=False``: the split bound alone (milliseconds, where the packing search
+    takes seconds on 30,000 classes: for a method already at its time limit)."""
     cl = build_classes(w)
     acc, cpu = cl.device_costs()
     split = split_bound(acc, cpu, cl.size, w.num_accelerators, w.num_cpus, w.accelerator_memory)
-    return packing_bound(acc, cpu, w.num_accelerators, w.num_cpus, floor=split) if np.isfinite(split) else split
+    return lifted(acc, cpu, w.num_accelerators, w.num_cpus, split) if packing else split
+
+
+PACKING_MOST = 12_000  # classes: the packing test is quadratic (seconds at 10,000, minutes at 30,000)
+
+
+def lifted(acc: np.ndarray, cpu: np.ndarray, k: int, l: int, split: float) -> float:
+    """``split`` lifted by :func:`packing_bound` where that is affordable (at most
+    PACKING_MOST units); the split bound alone otherwise."""
+    if not np.isfinite(split) or len(acc) > PACKING_MOST:
+        return split
+    return packing_bound(acc, cpu, k, l, floor=split)
 
 
 def split_bound(acc: np.ndarray, cpu: np.ndarray, size: np.ndarray, k: int, l: int, memory: float) -> float:

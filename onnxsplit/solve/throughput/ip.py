@@ -23,7 +23,7 @@ from ..classes import Classes, build_classes
 from ..finish import status_label
 from ..milp import add_contiguity, crossing, finite, new_model, optimize
 from . import bound_parts, bound_setcover, bound_spread, improve_pairs, ip_routed
-from .bounds import packing_bound, split_bound
+from .bounds import lifted, split_bound
 
 def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: bool = False,
                      time_limit: float = 60.0, solver: str = "highs", warm_start: dict[int, str] | None = None,
@@ -242,7 +242,7 @@ def _packing_floor(w: Workload, cl: Classes, split_passes: bool) -> float:
         return 0.0
     acc, cpu = cl.device_costs()
     split = split_bound(acc, cpu, cl.size, w.num_accelerators, w.num_cpus, w.accelerator_memory)
-    floor = packing_bound(acc, cpu, w.num_accelerators, w.num_cpus, floor=split) if np.isfinite(split) else split
+    floor = lifted(acc, cpu, w.num_accelerators, w.num_cpus, split)
     if np.isfinite(floor):
         anytime.prove(floor)
     return floor if np.isfinite(floor) else 0.0

@@ -1,14 +1,12 @@
 """``lp_round``: the transfer-free LP relaxation (:func:`.bounds.split_lp`), rounded to a
 plan, for large graphs whose accelerators cannot hold the model.
 
-Where memory binds, the best plans are not contiguous pipelines: the CPUs should take the
-units that hold the most weight for the least CPU time, wherever they are in the graph,
-which a chain of ideals cannot do.  The LP says which: a unit whose share on the
-accelerators is small goes to the CPUs (more move, by weight per CPU time, until the
-accelerators' memory holds the rest).  The accelerators then take the rest as contiguous
-runs in topological order, each up to its share of the work and its memory; the CPUs take
-theirs the same way.  Several rounding thresholds are tried and the best plan, scored by
-the evaluator, is kept.  Its lower bound is the LP's (with :func:`.bounds.packing_bound`).
+Where memory binds, the CPUs should take the units that hold the most weight for the least
+CPU time, wherever they are, which a chain of ideals cannot do.  The LP says which: a unit
+with a small share on the accelerators goes to the CPUs (more move, by weight per CPU
+time, until the accelerators' memory holds the rest); each kind then takes its units as
+contiguous runs in topological order.  Several thresholds are tried, the best plan kept;
+its lower bound is the LP's (with :func:`.bounds.packing_bound`).
 
 Write-up: docs/throughput.md (lp_round).
 """
@@ -24,7 +22,7 @@ from ...workload import Workload
 from .. import anytime, evaluate
 from ..classes import build_classes
 from ..finish import finish
-from .bounds import packing_bound, split_lp
+from .bounds import lifted, split_lp
 
 THRESHOLDS = (0.5, 0.25, 0.75, 0.9, 0.1)  # a unit with a smaller share goes to the CPUs
 TINY = 1e-3  # of the LP bound: a unit this cheap on a CPU stays on the accelerators
@@ -37,8 +35,8 @@ def lp_round(w: Workload, time_limit: float = 60.0) -> Plan:
     acc, cpu = cl.device_costs()
     k, l, memory = w.num_accelerators, w.num_cpus, w.accelerator_memory
     bound, share = split_lp(acc, cpu, cl.size, k, l, memory)
+    bound = lifted(acc, cpu, k, l, bound)
     if np.isfinite(bound):
-        bound = packing_bound(acc, cpu, k, l, floor=bound)
         anytime.prove(bound)
     if share is None:  # no accelerator or no CPU: everything on the one kind, in runs
         share = np.ones(cl.n) if l == 0 else np.zeros(cl.n)
