@@ -114,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="; ".join(f"{m.name}: {m.summary}" for m in registry.REGISTRY if m.kind == "method")
                         + ". Baselines: " + "; ".join(f"{m.name}: {m.summary}" for m in registry.REGISTRY
                                                      if m.kind == "baseline"))
+    s.add_argument("--quiet", action="store_true", help="no progress lines on long solves")
     s.add_argument("--seed", type=int, default=0, help="random seed of local_search, scotch, metis (default 0)")
     s.add_argument("--restarts", type=_at_least(1), default=10,
                    help="random restarts of local_search, scotch, metis; the best is kept (default 10)")
@@ -469,6 +470,14 @@ def _run(args) -> int:
     return 1 if bad else 0
 
 
+def _progress(method: str, seconds: float, best: float | None, bound: float | None) -> None:
+    """One line on stderr every few seconds of a long solve: best plan, bound, gap."""
+    gap = f", gap {(best - bound) / best:.2%}" if best and bound is not None else ""
+    print(f"  {method} {seconds:5.0f} s: best {best:.6g}" if best is not None else
+          f"  {method} {seconds:5.0f} s: no plan yet", end="", file=sys.stderr)
+    print((f", bound {bound:.6g}" if bound is not None else "") + gap, file=sys.stderr, flush=True)
+
+
 def _solve(args) -> int:
     from . import api
 
@@ -484,8 +493,14 @@ def _solve(args) -> int:
     given = dict(seed=args.seed, restarts=args.restarts, split=args.split, contiguous=args.contiguous,
                  split_passes=args.split_passes, pieces=args.pieces, time_limit=args.time_limit,
                  solver=args.solver, warm_start=not args.no_warm_start)
-    plan = api.solve(workload, objective=args.objective, method=args.method,
-                     options=_methods().options_for(args.method, others="ignore", **given))
+    from .solve import anytime
+
+    anytime.report = None if args.quiet or args.json else _progress
+    try:
+        plan = api.solve(workload, objective=args.objective, method=args.method,
+                         options=_methods().options_for(args.method, others="ignore", **given))
+    finally:
+        anytime.report = None
     obj = plan.to_json()
     if args.output:
         write_atomic(args.output, json.dumps(obj, indent=1) + "\n", inputs)

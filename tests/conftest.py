@@ -69,6 +69,7 @@ SLOW = frozenset({
     "test_an_interrupted_write_leaves_no_plan_file",
     "test_a_method_that_overruns_before_any_plan_falls_back_to_the_model_whole",
     "test_a_method_that_overruns_returns_the_best_plan_it_offered",
+    "test_a_long_solve_shows_its_progress_and_the_json_carries_the_trace",
     # test_series.py / test_bound_series.py: latency MIPs on chains of modules (0.5 - 14 s a case)
     "test_series_beats_the_sequence_split_on_inception",
     "test_some_calls_reach_into_a_block",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import os
 import signal
 import subprocess
@@ -301,3 +302,23 @@ def test_ctrl_c_ends_a_measuring_run_within_two_seconds(tmp_path):
     assert time.perf_counter() - t0 <= 2.0
     assert p.returncode == 130 and err.strip().splitlines()[-1] == "onnxsplit: interrupted", err
     assert sorted((p.name, p.stat().st_size) for p in e.out.iterdir()) == before
+
+
+def test_a_long_solve_shows_its_progress_and_the_json_carries_the_trace(tmp_path, capsys, monkeypatch):
+    """Every PROGRESS_S of a solve, one line with the best plan, bound and gap (not with
+    --quiet or --json); the plan's details carry the trace of improvements."""
+    from onnxsplit.cli import main
+
+    monkeypatch.setattr(anytime, "PROGRESS_S", 0.2)
+    path = tmp_path / "w.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_large_workload.py"), str(path), "--nodes", "3000",
+                    "--k", "2", "--l", "2", "--memory-share", "0.3"], check=True, stdout=subprocess.DEVNULL)
+    assert main(["solve", str(path), "--method", "ip", "--time-limit", "4"]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"  ip +\d+ s: best [\d.]+, bound [\d.]+, gap [\d.]+%", err), err
+    assert main(["solve", str(path), "--method", "ip", "--time-limit", "4", "--quiet", "-o", str(tmp_path / "p.json")]) == 0
+    assert capsys.readouterr().err == "" and anytime.report is None
+    trace = json.loads((tmp_path / "p.json").read_text())["details"]["trace"]
+    assert trace and all(len(t) == 3 for t in trace)
+    values = [t[1] for t in trace if t[1] is not None]
+    assert values == sorted(values, reverse=True)  # each point an improvement

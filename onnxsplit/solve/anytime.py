@@ -25,6 +25,11 @@ from . import evaluate
 
 
 STOP_WAIT_S = 0.5  # for a method told to stop, before the caller goes on without it
+PROGRESS_S = 5.0  # a long solve says where it stands this often (where a reporter is set)
+
+#: called as report(method, seconds, best value or None, bound or None) on long solves
+#: (the CLI's solve sets it to a line on stderr; --quiet and --json leave it None)
+report: Callable[[str, float, float | None, float | None], None] | None = None
 
 
 def grace(time_limit: float) -> float:
@@ -39,7 +44,13 @@ class _Offers:
         self.bound: float | None = None  # the best lower bound the method proved so far
         self.began = time.perf_counter()
         self.first: float | None = None  # seconds to the first valid plan offered
+        self.trace: list[list] = []  # [seconds, best value, bound] at each improvement
         self.lock = threading.Lock()
+
+    def _note(self) -> None:
+        """A point of the trace (the lock held)."""
+        self.trace.append([round(time.perf_counter() - self.began, 3),
+                           self.best[0] if self.best is not None else None, self.bound])
 
     def offer(self, assignment: dict[int, str] | None, by: str) -> None:
         if not assignment or evaluate.check(self.workload, assignment):
@@ -50,6 +61,7 @@ class _Offers:
                 self.first = time.perf_counter() - self.began
             if self.best is None or value < self.best[0]:
                 self.best = (value, dict(assignment), by)
+                self._note()
 
 
 _local = threading.local()
@@ -69,7 +81,9 @@ def prove(bound: float | None) -> None:
     offers = getattr(_local, "offers", None)
     if offers is not None and bound is not None and bound > 0:
         with offers.lock:
-            offers.bound = max(offers.bound or 0.0, float(bound))
+            if offers.bound is None or bound > offers.bound:
+                offers.bound = float(bound)
+                offers._note()
 
 
 def within(time_limit: float | None, workload: Workload, objective: str, method: str,
@@ -95,8 +109,16 @@ def within(time_limit: float | None, workload: Workload, objective: str, method:
 
     thread = threading.Thread(target=work, name=f"solve:{method}", daemon=True)
     thread.start()
+    until = began + time_limit + grace(time_limit)
     try:
-        done.wait(time_limit + grace(time_limit))
+        while not done.wait(max(0.0, min(PROGRESS_S, until - time.perf_counter()))):
+            if time.perf_counter() >= until:
+                break
+            if report is not None:
+                with offers.lock:
+                    best = offers.best[0] if offers.best is not None else None
+                    bound = offers.bound
+                report(method, time.perf_counter() - began, best, bound)
     except BaseException:  # Ctrl-C in a library caller's main thread: the method stops too
         stop.set()
         raise
@@ -105,6 +127,8 @@ def within(time_limit: float | None, workload: Workload, objective: str, method:
             raise outcome["error"]
         plan = outcome["plan"]
         plan.details.setdefault("first_plan_s", offers.first if offers.first is not None else plan.seconds)
+        if offers.trace:
+            plan.details.setdefault("trace", offers.trace)
         return plan
     stop.set()
     done.wait(STOP_WAIT_S)  # most stop at once: not left running beside what comes next
@@ -129,4 +153,5 @@ def within(time_limit: float | None, workload: Workload, objective: str, method:
     lb = min(offers.bound, value) if offers.bound is not None else None
     return Plan(objective, method, "time_limit", value, assignment, seconds=seconds,
                 lower_bound=lb, gap=gap_of(value, lb),
-                details={"stopped": f"{why}; this is the best plan it had ({by})", "first_plan_s": offers.first})
+                details={"stopped": f"{why}; this is the best plan it had ({by})", "first_plan_s": offers.first,
+                         "trace": offers.trace})
