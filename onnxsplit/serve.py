@@ -123,6 +123,7 @@ def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0
 
     import logging
 
+    read_manifest(parts_dir)  # a bad folder is said before Ray starts
     started = start(address)
     logging.getLogger("ray.serve").setLevel(logging.ERROR)  # its progress notes are not the user's
     try:
