@@ -82,9 +82,10 @@ class PartActor:
         from .profile.measure import session_options
 
         self.spec = dict(spec)
+        self.made = None  # the folder this actor made for shipped files (removed by cleanup)
         if shipped is not None:  # the files came along (Ray resolved the ref): written out here
             files = shipped if isinstance(shipped, dict) else ray_module().get(shipped)
-            folder = tempfile.mkdtemp(prefix="onnxsplit-part-")
+            folder = self.made = tempfile.mkdtemp(prefix="onnxsplit-part-")
             for name, data in files.items():
                 Path(folder, name).write_bytes(data)
         self.folder = folder
@@ -102,6 +103,15 @@ class PartActor:
             else [i.name for i in self.session.get_inputs()]
         self.outputs = [o["name"] for o in spec["outputs"]] if spec.get("outputs") is not None \
             else [o.name for o in self.session.get_outputs()]
+
+    def cleanup(self) -> None:
+        """The session closed and the shipped files' folder (made by this actor) removed."""
+        import shutil
+
+        self.session = None
+        if self.made:
+            shutil.rmtree(self.made, ignore_errors=True)
+            self.made = None
 
     def where(self) -> dict[str, Any]:
         """The Ray node this actor runs on, and the provider its session uses."""
@@ -227,12 +237,16 @@ class RayParts:
     def close(self) -> None:
         """Actors ended; a Ray this object started, shut down."""
         ray = ray_module()
-        for copies in getattr(self, "actors", []):
-            for a in copies:
-                try:
-                    ray.kill(a)
-                except Exception:
-                    pass
+        actors = [a for copies in getattr(self, "actors", []) for a in copies]
+        try:  # shipped files removed where they were written, before the actors end
+            ray.get([a.cleanup.remote() for a in actors], timeout=10)
+        except Exception:
+            pass
+        for a in actors:
+            try:
+                ray.kill(a)
+            except Exception:
+                pass
         self.actors = []
         stop(self._started)
         self._started = None

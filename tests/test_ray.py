@@ -112,11 +112,13 @@ def test_parts_pinned_to_machines_run_on_their_nodes(tmp_path, no_ray_left):
         m2 = cluster.add_node(num_cpus=1, resources={"m2": 1})
         cluster.wait_for_nodes()
         with RayParts(parts, address=cluster.address) as rp:  # shipped through the object store
-            assert all(w["folder"] != str(parts) for w in rp.placed)
+            shipped = [w["folder"] for w in rp.placed]
+            assert all(f != str(parts) and Path(f, "weights.bin").exists() for f in shipped)
             nodes = {p["name"]: w["node"] for p, w in zip(rp.parts, rp.placed)}
             assert nodes["part1_cpu1"] == m2.node_id and nodes["part0_cpu0"] == cluster.head_node.node_id
             feeds = random_feeds(rp.inputs, seed=1)
             np.testing.assert_allclose(rp.run(feeds)[rp.output_names[0]], original(model, feeds)[0], atol=1e-5)
+        assert not any(Path(f).exists() for f in shipped)  # removed with the actors (same machine here)
         ray.shutdown()
         (tmp_path / "b").mkdir()
         _, other = two_parts(tmp_path / "b", machines={"cpu0": "m3"})
