@@ -608,14 +608,20 @@ def _parse(data: Any) -> Workload:
     )
 
 
-def _parse_classes(raw: Any) -> tuple[AcceleratorClass, ...]:
+def _objects(raw: Any, key: str) -> Iterable[tuple[str, dict]]:
+    """(where, entry) for each entry of the list under ``key``, each checked an object."""
     if not isinstance(raw, list):
-        raise WorkloadError(f"'{_CLASS_KEYS}' must be a list")
-    out = []
-    for pos, c in enumerate(raw):
-        where = f"{_CLASS_KEYS} #{pos}"
-        if not isinstance(c, dict):
+        raise WorkloadError(f"'{key}' must be a list")
+    for pos, entry in enumerate(raw):
+        where = f"{key} #{pos}"
+        if not isinstance(entry, dict):
             raise WorkloadError(f"{where}: must be an object")
+        yield where, entry
+
+
+def _parse_classes(raw: Any) -> tuple[AcceleratorClass, ...]:
+    out = []
+    for where, c in _objects(raw, _CLASS_KEYS):
         name = _need(c, "name", where)
         if not isinstance(name, str):
             raise WorkloadError(f"{where}: 'name' must be a string")
@@ -626,13 +632,8 @@ def _parse_classes(raw: Any) -> tuple[AcceleratorClass, ...]:
 
 
 def _parse_links(raw: Any) -> tuple[Link, ...]:
-    if not isinstance(raw, list):
-        raise WorkloadError(f"'{_LINK_KEYS}' must be a list")
     out = []
-    for pos, lk in enumerate(raw):
-        where = f"{_LINK_KEYS} #{pos}"
-        if not isinstance(lk, dict):
-            raise WorkloadError(f"{where}: must be an object")
+    for where, lk in _objects(raw, _LINK_KEYS):
         ends = _need(lk, "between", where)
         if not (isinstance(ends, list) and len(ends) == 2 and all(isinstance(x, str) for x in ends)):
             raise WorkloadError(f"{where}: 'between' must name two classes, e.g. [\"acc\", \"cpu\"]")

@@ -453,6 +453,27 @@ def class_assignments(data):
     yield from rec(0, {})
 
 
+def brute_latency_one_call(data):
+    """Min latency over assignments where every accelerator runs one convex call (CPU nodes
+    on one core: the latency model's CPUs run in parallel, and need not be convex); None
+    where no assignment is valid."""
+    import itertools
+
+    g = _g(data)
+    devices = [d for d in g.devices if is_acc(d)] + (["cpu0"] if g.l else [])
+    best = None
+    for combo in itertools.product(devices, repeat=len(g.ids)):
+        a = dict(zip(g.ids, combo))
+        if not respects_constraints(g, a) or not accelerators_convex(g, a):
+            continue
+        try:
+            val = _latency(g, a, pieces(g, a))
+        except PieceCycle:
+            continue
+        best = val if best is None else min(best, val)
+    return best
+
+
 def brute_min_max_load(data, chain: bool, with_standins: bool = True):
     """(min max-load, an optimal assignment) or (None, None) when nothing is valid."""
     g = _g(data)

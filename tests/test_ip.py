@@ -118,33 +118,12 @@ def test_cbc_backend_agrees(seed):
 
 # ---- latency ------------------------------------------------------------------------------------
 
-def _brute_latency_one_call(data):
-    """Min latency over assignments where every accelerator runs one convex call
-    (CPU nodes on one pool: the latency model's CPUs run in parallel, and need not be
-    convex)."""
-    import itertools
-
-    g = bf.view(data)
-    devices = [f"acc{i}" for i in range(g.k)] + (["cpu0"] if g.l else [])
-    best = None
-    for combo in itertools.product(devices, repeat=len(g.ids)):
-        a = dict(zip(g.ids, combo))
-        if not bf.respects_constraints(data, a) or not bf.accelerators_convex(data, a):
-            continue
-        try:
-            val = bf._latency(data, a, bf.pieces(data, a))
-        except bf.PieceCycle:
-            continue
-        best = val if best is None else min(best, val)
-    return best
-
-
 @pytest.mark.parametrize("seed", range(30))
 def test_latency_ip_matches_bruteforce(seed):
     data = bf.random_workload(seed, n_range=(2, 6), k_range=(1, 2), l_range=(0, 1))
     w = Workload.from_paper_json(data)
     plan = latency_ip.solve_latency(w, pieces=1, time_limit=30, gap=0.0)
-    best = _brute_latency_one_call(data)
+    best = bf.brute_latency_one_call(data)
     if best is None:
         assert plan.value is None
         return

@@ -141,32 +141,12 @@ def test_dp_matches_bruteforce_over_chains(seed):
 
 # ---- the latency IP: one convex call per accelerator ------------------------------------------------
 
-def brute_latency_one_call(data):
-    """Min latency over assignments where every accelerator runs one convex call (CPU nodes
-    on one core: the latency model's CPUs run in parallel)."""
-    import itertools
-
-    g = bf.view(data)
-    devices = [d for d in g.devices if bf.is_acc(d)] + (["cpu0"] if g.l else [])
-    best = None
-    for combo in itertools.product(devices, repeat=len(g.ids)):
-        a = dict(zip(g.ids, combo))
-        if not bf.respects_constraints(g, a) or not bf.accelerators_convex(g, a):
-            continue
-        try:
-            val = bf._latency(g, a, bf.pieces(g, a))
-        except bf.PieceCycle:
-            continue
-        best = val if best is None else min(best, val)
-    return best
-
-
 @pytest.mark.parametrize("seed", range(0, 60))
 def test_latency_ip_matches_bruteforce(seed):
     data = bf.random_multi_class(seed, n_range=(2, 5), l_range=(0, 1))
     w = Workload.from_paper_json(data)
     plan = latency_ip.solve_latency(w, pieces=1, time_limit=30, gap=0.0)
-    best = brute_latency_one_call(data)
+    best = bf.brute_latency_one_call(data)
     if best is None:
         assert plan.value is None, dump(data)
         return

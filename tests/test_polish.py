@@ -11,7 +11,7 @@ import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
 from onnxsplit.solve import evaluate
 from onnxsplit.solve.latency import polish
 from onnxsplit.workload import Workload
-from test_ip import _brute_latency_one_call
+
 from workloads import edge, node, workload
 
 
@@ -59,7 +59,7 @@ def test_polish_never_worsens_and_stays_valid(seed):
     assert evaluate.check(w, plan) == []
     assert bf.accelerators_convex(data, plan)
     assert value == pytest.approx(bf.latency(data, plan), rel=1e-9)
-    best = _brute_latency_one_call(data)
+    best = bf.brute_latency_one_call(data)
     assert value >= best * (1 - 1e-9)
 
 
@@ -81,5 +81,5 @@ def test_polish_moves_a_tied_embedding_off_the_first_call():
     assert evaluate.check(w, start) == []
     plan, value = polish.polish_latency(w, start, 5.0)
     assert plan[0] == plan[1] == plan[2] == w.devices[2].name  # the class went to the CPUs
-    assert value == pytest.approx(_brute_latency_one_call(data), rel=1e-9)
+    assert value == pytest.approx(bf.brute_latency_one_call(data), rel=1e-9)
     assert value < evaluate.latency(w, start).value - 30

@@ -5,7 +5,6 @@ actor ran, failures named by part, and no Ray process left behind."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import onnxruntime as ort
 import pytest
 
 from onnx_models import mlp
+from ray_processes import ray_processes
 from onnxsplit.cli import main
 from onnxsplit.export import MANIFEST, export
 from onnxsplit.graph import OpGraph
@@ -26,24 +26,6 @@ ray = pytest.importorskip("ray")
 from onnxsplit.ray_engine import RayParts  # noqa: E402
 
 CPU = "CPUExecutionProvider"
-
-
-def ray_processes(driver: int | None = None) -> set[int]:
-    """Pids of the Ray daemons (raylet, GCS) of the Ray that process ``driver`` started
-    (default: this one): their session is named after it, so another Ray on the machine
-    does not count."""
-    driver = os.getpid() if driver is None else driver
-    mark = f"_{driver}/".encode()
-    out = set()
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if (b"raylet" in cmd or b"gcs_server" in cmd) and mark in cmd:
-                out.add(int(pid))
-    return out
 
 
 def two_parts(tmp_path, machines=None) -> tuple[Path, Path]:

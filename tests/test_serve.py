@@ -4,7 +4,6 @@ decoder), and the server under a bounded load test of concurrent clients on loca
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -13,12 +12,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
+from ray_processes import ray_processes
 from onnxsplit.kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -111,24 +110,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def ray_processes(driver: int | None = None) -> set[int]:
-    """Pids of the Ray daemons (raylet, GCS) of the Ray that process ``driver`` started
-    (default: this one): their session is named after it, so another Ray on the machine
-    does not count."""
-    driver = os.getpid() if driver is None else driver
-    mark = f"_{driver}/".encode()
-    out = set()
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if (b"raylet" in cmd or b"gcs_server" in cmd) and mark in cmd:
-                out.add(int(pid))
-    return out
 
 
 def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):

@@ -82,7 +82,7 @@ def _routed_communication(w: Workload, dev: np.ndarray, src: np.ndarray, dst: np
         a = int(dev[u])
         staged = False
         for b in devs:
-            peer = w.peer_cost(cls[a], cls[b], u) if cls[a] >= 0 and cls[b] >= 0 else None
+            peer = _direct(w, a, b, u)
             if peer is not None:
                 comm[a] += peer
                 comm[b] += peer
@@ -93,6 +93,14 @@ def _routed_communication(w: Workload, dev: np.ndarray, src: np.ndarray, dst: np
         if staged and cls[a] >= 0:
             comm[a] += w.staged_cost(cls[a], u)
     return comm
+
+
+def _direct(w: Workload, a: int, b: int, u: int) -> float | None:
+    """Seconds of a direct copy of tensor ``u`` from device ``a`` to device ``b`` at each
+    end; None where it is staged through host memory (the same device, a CPU core at
+    either end, or no peer link between their classes)."""
+    ca, cb = int(w.device_class[a]), int(w.device_class[b])
+    return None if a == b or ca < 0 or cb < 0 else w.peer_cost(ca, cb, u)
 
 
 def _loads(workload: Workload, dev: np.ndarray, mask: np.ndarray | None = None) -> dict[str, float]:
@@ -331,14 +339,14 @@ def _call_transfers(w: Workload, dev: np.ndarray, d: int, inside: set, senders: 
     incoming = 0.0
     for u in senders:
         a = int(dev[u])
-        peer = w.peer_cost(cls[a], cls[d], u) if a != d and cls[a] >= 0 else None
+        peer = _direct(w, a, d, u)
         incoming += peer if peer is not None else w.staged_cost(cls[d], u)
     outgoing = 0.0
     for u in inside:
         away = {int(dev[x]) for x in succs[u] if x not in inside}
         staged = False
         for b in away:
-            peer = w.peer_cost(cls[d], cls[b], u) if b != d and cls[b] >= 0 else None
+            peer = _direct(w, d, b, u)
             if peer is None:
                 staged = True
             else:

@@ -19,7 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from ..errors import SolveError
-from ..workload import Workload
+from ..workload import Workload, csr
 
 ZERO = 1e-6  # the reference's threshold for "zero latency"
 
@@ -38,25 +38,26 @@ class Contracted:
     def size(self) -> int:
         return len(self.backward)
 
-    def _sum(self, values) -> np.ndarray:
+    def total(self, values) -> np.ndarray:
+        """A per-node array summed per supernode."""
         return np.bincount(self.group, weights=values, minlength=self.size)
 
     @cached_property
     def acc_latency(self) -> np.ndarray:
-        return self._sum(self.workload.acc_latency)
+        return self.total(self.workload.acc_latency)
 
     @cached_property
     def cpu_latency(self) -> np.ndarray:
-        return self._sum(self.workload.cpu_latency)
+        return self.total(self.workload.cpu_latency)
 
     @cached_property
     def mem_size(self) -> np.ndarray:
-        return self._sum(self.workload.size)
+        return self.total(self.workload.size)
 
     @cached_property
     def unsupported(self) -> np.ndarray:
         """Number of members that cannot run on an accelerator."""
-        return self._sum((~self.workload.supported).astype(np.float64)).round().astype(np.int64)
+        return self.total((~self.workload.supported).astype(np.float64)).round().astype(np.int64)
 
     @cached_property
     def true_edges(self) -> frozenset:
@@ -234,3 +235,61 @@ def for_dp(workload: Workload, like_reference: bool = False) -> Contracted:
     if any(int(c.label[i]) not in labels_fwd for i in range(c.size) if c.backward[i]):
         raise SolveError("a backward colour class still has no forward partner after preprocessing")
     return c
+
+
+@dataclass(frozen=True)
+class Items:
+    """The DP's items: each forward supernode with its backward partner (the supernode of
+    its class's backward nodes, or -1), and the forward edges between items.  Both DPs
+    (``throughput/dp.py``, ``throughput/dp_classes.py``) build on these."""
+
+    contracted: Contracted
+    super: np.ndarray  # item -> forward supernode
+    partner: np.ndarray  # item -> backward supernode (or -1)
+    of_super: np.ndarray  # supernode -> item
+    preds: list[list[int]]
+    succs: list[list[int]]
+
+    @property
+    def n(self) -> int:
+        return len(self.super)
+
+    def per_item(self, per_super: np.ndarray) -> np.ndarray:
+        """A per-supernode array summed over each item's supernode and its partner."""
+        out = per_super[self.super].astype(np.float64)
+        has = self.partner >= 0
+        out[has] += per_super[self.partner[has]]
+        return out
+
+    def nodes(self, it: int) -> list[np.ndarray]:
+        """The original nodes (indices) of item ``it``: its supernode's, its partner's."""
+        return [self.contracted.members[s] for s in (self.super[it], self.partner[it]) if s >= 0]
+
+    def incidence(self, hyper) -> tuple[np.ndarray, np.ndarray]:
+        """item -> the hyperedges touching it (CSR), for ``hyper`` as
+        :func:`..classes.tensor_hyperedges` gives it over the items."""
+        incid: list[list[int]] = [[] for _ in range(self.n)]
+        for h, edge in enumerate(hyper):
+            for it in edge[0]:
+                incid[it].append(h)
+        return csr(incid)
+
+
+def dp_items(c: Contracted) -> Items:
+    fwd = np.flatnonzero(~c.backward)
+    of_super = np.full(c.size, -1, dtype=np.int64)
+    of_super[fwd] = np.arange(len(fwd))
+    label_item = {int(c.label[s]): int(of_super[s]) for s in fwd}
+    partner = np.full(len(fwd), -1, dtype=np.int64)
+    for s in np.flatnonzero(c.backward):
+        it = label_item[int(c.label[s])]
+        partner[it] = s
+        of_super[s] = it
+    preds: list[set[int]] = [set() for _ in fwd]
+    succs: list[set[int]] = [set() for _ in fwd]
+    for a, b in c.true_edges | c.artificial:
+        if not c.backward[a] and not c.backward[b]:
+            ia, ib = int(of_super[a]), int(of_super[b])
+            succs[ia].add(ib)
+            preds[ib].add(ia)
+    return Items(c, fwd, partner, of_super, [sorted(p) for p in preds], [sorted(x) for x in succs])

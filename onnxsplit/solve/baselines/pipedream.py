@@ -75,13 +75,10 @@ def pipedream_labels(workload: Workload) -> np.ndarray:
 def file_order(inst) -> list[int]:
     """The topological order of DP items closest to the file's node order (a profile lists
     layers in execution order): Kahn's algorithm, smallest first node index first."""
-    c = inst.contracted
-    members = c.members
     first = []
     for it in range(inst.n):
-        idx = [int(m.min()) for s in (inst.item_super[it], inst.item_partner[it]) if s >= 0
-               for m in (members[s],) if len(m)]
-        first.append(min(idx) if idx else c.workload.n)
+        idx = [int(m.min()) for m in inst.items.nodes(it) if len(m)]
+        first.append(min(idx) if idx else inst.contracted.workload.n)
     indeg = [len(p) for p in inst.preds]
     ready = [(first[v], v) for v in range(inst.n) if indeg[v] == 0]
     heapq.heapify(ready)

@@ -45,11 +45,7 @@ _NONE, _ACC, _CPU, _SKIP_ACC, _SKIP_CPU = 0, 1, 2, 3, 4
 class DPInstance:
     """The preprocessed workload as the DP sees it: items (forward supernodes) and hyperedges."""
 
-    contracted: preprocess.Contracted
-    item_super: np.ndarray  # item -> forward supernode
-    item_partner: np.ndarray  # item -> backward supernode (or -1)
-    preds: list[list[int]]
-    succs: list[list[int]]
+    items: preprocess.Items
     acc: np.ndarray  # extended (forward + backward partner) accelerator latency
     cpu: np.ndarray
     mem: np.ndarray
@@ -61,58 +57,36 @@ class DPInstance:
 
     @property
     def n(self) -> int:
-        return len(self.item_super)
+        return self.items.n
+
+    @property
+    def contracted(self) -> preprocess.Contracted:
+        return self.items.contracted
+
+    @property
+    def preds(self) -> list[list[int]]:
+        return self.items.preds
+
+    @property
+    def succs(self) -> list[list[int]]:
+        return self.items.succs
 
 
 def build_instance(workload: Workload, like_reference: bool = False) -> DPInstance:
     c = preprocess.for_dp(workload, like_reference=like_reference)
-    fwd = np.flatnonzero(~c.backward)
-    item_of_super = np.full(c.size, -1, dtype=np.int64)
-    item_of_super[fwd] = np.arange(len(fwd))
-    label_item = {int(c.label[s]): int(item_of_super[s]) for s in fwd}
-    partner = np.full(len(fwd), -1, dtype=np.int64)
-    for s in np.flatnonzero(c.backward):
-        it = label_item[int(c.label[s])]
-        partner[it] = s
-        item_of_super[s] = it
-
-    def ext(values: np.ndarray) -> np.ndarray:
-        out = values[fwd].astype(np.float64)
-        has = partner >= 0
-        out[has] += values[partner[has]]
-        return out
-
-    preds: list[set[int]] = [set() for _ in fwd]
-    succs: list[set[int]] = [set() for _ in fwd]
-    for a, b in c.true_edges | c.artificial:
-        if not c.backward[a] and not c.backward[b]:
-            ia, ib = int(item_of_super[a]), int(item_of_super[b])
-            succs[ia].add(ib)
-            preds[ib].add(ia)
-
+    items = preprocess.dp_items(c)
     # hyperedges: each original tensor u touches the items of u and of its consumers
-    w = workload
-    item_of_node = item_of_super[c.group]
-    hyper = tensor_hyperedges(w, item_of_node)
-    incid: list[list[int]] = [[] for _ in fwd]
-    for h, (items, _) in enumerate(hyper):
-        for it in items:
-            incid[it].append(h)
-    h_ptr = np.zeros(len(fwd) + 1, dtype=np.int64)
-    h_ptr[1:] = np.cumsum([len(x) for x in incid])
+    hyper = tensor_hyperedges(workload, items.of_super[c.group])
+    h_ptr, h_idx = items.incidence(hyper)
     return DPInstance(
-        contracted=c,
-        item_super=fwd,
-        item_partner=partner,
-        preds=[sorted(p) for p in preds],
-        succs=[sorted(s) for s in succs],
-        acc=ext(c.acc_latency),
-        cpu=ext(c.cpu_latency),
-        mem=ext(c.mem_size),
-        unsupported=ext(c.unsupported.astype(np.float64)),
+        items=items,
+        acc=items.per_item(c.acc_latency),
+        cpu=items.per_item(c.cpu_latency),
+        mem=items.per_item(c.mem_size),
+        unsupported=items.per_item(c.unsupported.astype(np.float64)),
         h_ptr=h_ptr,
-        h_idx=np.array([h for x in incid for h in x], dtype=np.int64),
-        h_size=np.array([len(items) for items, _ in hyper], dtype=np.int64),
+        h_idx=h_idx,
+        h_size=np.array([len(labels) for labels, _ in hyper], dtype=np.int64),
         h_weight=np.array([wt for _, wt in hyper], dtype=np.float64),
     )
 
@@ -352,14 +326,12 @@ def coarse_plan(workload: Workload, inst: DPInstance, order: list[int], deadline
     step = total / COARSE_BLOCKS if total > 0 else 1.0
     block_of_node = np.zeros(workload.n, dtype=np.int64)
     acc_sum, block = 0.0, 0
-    members = inst.contracted.members
     for it in order:
         if acc_sum >= step * (block + 1) and block < COARSE_BLOCKS - 1:
             block += 1
         acc_sum += float(inst.acc[it])
-        for sup in (inst.item_super[it], inst.item_partner[it]):
-            if sup >= 0:
-                block_of_node[members[sup]] = block
+        for nodes in inst.items.nodes(it):
+            block_of_node[nodes] = block
     nodes = tuple(dataclasses.replace(nd, color_class=int(b)) for nd, b in zip(workload.nodes, block_of_node))
     left = deadline - time.perf_counter()
     plan = solve(workload.replace(nodes=nodes), linear_only=True, time_limit=max(1.0, min(left, 30.0)))
@@ -495,8 +467,6 @@ def _lattice(workload: Workload, inst: DPInstance, k: int, l: int, ideal_limit: 
 
 
 def plan_assignment(workload: Workload, inst: DPInstance, parts) -> tuple[dict[int, str], list[str]]:
-    c = inst.contracted
-    members = c.members
     counters = {"acc": 0, "cpu": 0}
     assignment: dict[int, str] = {}
     stages = []
@@ -505,8 +475,6 @@ def plan_assignment(workload: Workload, inst: DPInstance, parts) -> tuple[dict[i
         counters[kind_name] += 1
         stages.append(name)
         for it in items:
-            for s in (inst.item_super[it], inst.item_partner[it]):
-                if s >= 0:
-                    for node in members[s]:
-                        assignment[int(workload.ids[node])] = name
+            for nodes in inst.items.nodes(it):
+                assignment.update((int(i), name) for i in workload.ids[nodes])
     return assignment, stages

@@ -33,11 +33,7 @@ from .bounds import classes_lower_bound, unit_times
 class ClassInstance:
     """Items (forward supernodes with their backward partners) as the DP sees them."""
 
-    contracted: preprocess.Contracted
-    item_super: np.ndarray
-    item_partner: np.ndarray
-    preds: list[list[int]]
-    succs: list[list[int]]
+    items: preprocess.Items
     lat: np.ndarray  # (class, item): accelerator classes, then the CPU last
     uns: np.ndarray  # (class, item): members that class cannot run
     mem: np.ndarray
@@ -49,50 +45,26 @@ class ClassInstance:
 
     @property
     def n(self) -> int:
-        return len(self.item_super)
+        return self.items.n
 
 
 def build_instance(w: Workload) -> ClassInstance:
     c = preprocess.for_dp(w)
-    fwd = np.flatnonzero(~c.backward)
-    item_of_super = np.full(c.size, -1, dtype=np.int64)
-    item_of_super[fwd] = np.arange(len(fwd))
-    label_item = {int(c.label[s]): int(item_of_super[s]) for s in fwd}
-    partner = np.full(len(fwd), -1, dtype=np.int64)
-    for s in np.flatnonzero(c.backward):
-        partner[label_item[int(c.label[s])]] = s
-        item_of_super[s] = label_item[int(c.label[s])]
+    items = preprocess.dp_items(c)
 
     def ext(per_node: np.ndarray) -> np.ndarray:
-        sums = np.bincount(c.group, weights=per_node, minlength=c.size)
-        out = sums[fwd].astype(np.float64)
-        has = partner >= 0
-        out[has] += sums[partner[has]]
-        return out
+        return items.per_item(c.total(per_node))
 
-    preds: list[set[int]] = [set() for _ in fwd]
-    succs: list[set[int]] = [set() for _ in fwd]
-    for a, b in c.true_edges | c.artificial:
-        if not c.backward[a] and not c.backward[b]:
-            ia, ib = int(item_of_super[a]), int(item_of_super[b])
-            succs[ia].add(ib)
-            preds[ib].add(ia)
-    hyper = tensor_hyperedges(w, item_of_super[c.group], counted=True)
-    incid: list[list[int]] = [[] for _ in fwd]
-    for h, (items, _, _) in enumerate(hyper):
-        for it in items:
-            incid[it].append(h)
-    h_ptr = np.zeros(len(fwd) + 1, dtype=np.int64)
-    h_ptr[1:] = np.cumsum([len(x) for x in incid])
+    hyper = tensor_hyperedges(w, items.of_super[c.group], counted=True)
+    h_ptr, h_idx = items.incidence(hyper)
     classes = len(w.class_names)
     return ClassInstance(
-        contracted=c, item_super=fwd, item_partner=partner,
-        preds=[sorted(p) for p in preds], succs=[sorted(s) for s in succs],
+        items=items,
         lat=np.array([ext(w.class_latency[i]) for i in range(classes)] + [ext(w.cpu_latency)]),
         uns=np.array([ext((~w.class_supported[i]).astype(np.float64)) for i in range(classes)]),
         mem=ext(w.size),
-        h_ptr=h_ptr, h_idx=np.array([h for x in incid for h in x], dtype=np.int64),
-        h_size=np.array([len(items) for items, _, _ in hyper], dtype=np.int64),
+        h_ptr=h_ptr, h_idx=h_idx,
+        h_size=np.array([len(labels) for labels, _, _ in hyper], dtype=np.int64),
         h_weight=np.array([wt for _, wt, _ in hyper], dtype=np.float64),
         h_count=np.array([cnt for _, _, cnt in hyper], dtype=np.float64),
     )
@@ -253,10 +225,8 @@ def assignment_of(w: Workload, inst: ClassInstance, parts) -> tuple[dict[int, st
         name = w.devices[index].name
         stages.append(name)
         for it in items:
-            for s in (inst.item_super[it], inst.item_partner[it]):
-                if s >= 0:
-                    for node in inst.contracted.members[s]:
-                        assignment[int(w.ids[node])] = name
+            for nodes in inst.items.nodes(it):
+                assignment.update((int(i), name) for i in w.ids[nodes])
     return assignment, stages
 
 
@@ -269,7 +239,7 @@ def solve(w: Workload, linear_only: bool = False, ideal_limit: int = lattice.DEF
     inst = build_instance(w)
     best = None
     timed_out = False
-    for order in lattice.topological_orders(inst.preds, inst.succs, inst.lat[0]):
+    for order in lattice.topological_orders(inst.items.preds, inst.items.succs, inst.lat[0]):
         res = run(w, inst, lattice.chain(order), deadline)
         if res is None:
             timed_out = True
@@ -282,7 +252,7 @@ def solve(w: Workload, linear_only: bool = False, ideal_limit: int = lattice.DEF
     proven = False
     if not linear_only and not timed_out:
         try:
-            lat = lattice.enumerate_ideals(inst.preds, inst.succs, limit=ideal_limit, deadline=deadline)
+            lat = lattice.enumerate_ideals(inst.items.preds, inst.items.succs, limit=ideal_limit, deadline=deadline)
         except TooManyIdeals as e:  # the linearized plan stands
             lat, details["stopped"] = None, str(e)
         full = run(w, inst, lat, deadline) if lat is not None else None
