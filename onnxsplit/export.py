@@ -310,6 +310,8 @@ def _configure_devices(model: onnx.ModelProto, parts: list[Part], pipelined: boo
     # onnx_ir has the types (ModelConfiguration, NodeDeviceConfiguration, ShardingSpec) and
     # their serializers; only the metadata goes through them: a whole-model round trip
     # through onnx_ir would drop sparse initializers and rewrite the graph as built here.
+    if not hasattr(model, "configuration"):  # an onnx before IR 11 cannot hold them
+        return
     import onnx_ir as ir
 
     devices = tuple(dict.fromkeys(p.device for p in parts))

@@ -23,9 +23,16 @@ if [ -d .gpu ] && command -v nvidia-smi >/dev/null 2>&1; then
     GPU=1
     nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl
+    # onnxsplit's dependencies the image may lack (onnx_ir writes annotated.onnx's device
+    # configurations), from .gpu/extra/, each only where it is missing
+    python3 -c "import ml_dtypes" 2>/dev/null || python3 -m pip install -q --no-index \
+        --no-deps --no-compile --target /tmp/site .gpu/extra/ml_dtypes*.whl
+    python3 -c "import onnx_ir; onnx_ir.ModelConfiguration" 2>/dev/null || python3 -m pip \
+        install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/extra/onnx_ir*.whl
     python3 -c "import tarfile; tarfile.open('.gpu/ort_gpu_sm90.tar.xz').extractall('/tmp/site', filter='tar')"
     export LD_LIBRARY_PATH="$(python3 .gpu/helpers.py nvlibs):${LD_LIBRARY_PATH:-}"
     export PYTHONPATH="/tmp/site:$PWD"
+    python3 -c "import sys, onnx, numpy, numba, onnxruntime as o; print(sys.version.split()[0], 'onnx', onnx.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__, 'onnxruntime', o.__version__, o.get_available_providers())" | tee "$OUT/versions.txt"
     python3 .gpu/helpers.py smoke > "$OUT/smoke.txt" 2>&1 || { echo "smoke test failed"; cat "$OUT/smoke.txt"; exit 1; }
     if [ -z "$MODEL" ]; then
         mkdir -p /tmp/m && cp .gpu/models/bert_base.onnx /tmp/m/
