@@ -121,7 +121,8 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
 
 
 def _rounded(got: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in got.items()}
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in got.items()
+            if k != "by_round"}
 
 
 def level_of(record: Mapping[str, Any], threads: int) -> str:

@@ -633,7 +633,7 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
             "samples": samples}
 
 
-ROUNDS = 3  # measurements alternate between the plan and the baselines, medians kept
+ROUNDS = 5  # measurements alternate between the plan and the baselines, medians kept
 
 
 def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = None
@@ -726,9 +726,9 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
                 out[name] = {"error": str(e)}
     for name, runs in got.items():
         if runs and name not in out:
-            out[name] = {"latency_ms": float(np.median([r["latency_ms"] for r in runs])),
-                         "throughput_per_s": float(np.median([r["throughput_per_s"] for r in runs])),
-                         "samples": per_round * len(runs), "rounds": len(runs)}
+            by_round = {k: [float(r[k]) for r in runs] for k in ("latency_ms", "throughput_per_s")}
+            out[name] = {k: float(np.median(v)) for k, v in by_round.items()}
+            out[name].update(samples=per_round * len(runs), rounds=len(runs), by_round=by_round)
     return out
 
 
@@ -748,14 +748,18 @@ def _collect_memory_stats(model_path: str | Path, ep: str, feeds: Mapping[str, A
 
 def _ratios(measured: Mapping[str, Any], base: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The plan's throughput over each baseline's, and each baseline's latency over the
-    plan's (above 1: onnxsplit is faster)."""
-    out = {}
-    for name, b in base.items():
-        if "error" in b:
-            continue
-        out[name] = {"throughput": measured["throughput_per_s"] / b["throughput_per_s"],
-                     "latency": b["latency_ms"] / measured["latency_ms"]}
-    return out
+    plan's (above 1: onnxsplit is faster): the median of the rounds' ratios where both were
+    measured in the same rounds (a slow minute on a shared machine then slows both sides of
+    a ratio, not one), else the ratio of the medians."""
+    def paired(key: str, b: Mapping[str, Any], flip: bool) -> float:
+        mine, theirs = (measured.get("by_round") or {}).get(key), (b.get("by_round") or {}).get(key)
+        if mine and theirs and len(mine) == len(theirs):
+            return float(np.median([(y / x) if flip else (x / y) for x, y in zip(mine, theirs)]))
+        return b[key] / measured[key] if flip else measured[key] / b[key]
+
+    return {name: {"throughput": paired("throughput_per_s", b, False),
+                   "latency": paired("latency_ms", b, True)}
+            for name, b in base.items() if "error" not in b}
 
 
 def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,

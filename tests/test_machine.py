@@ -243,3 +243,23 @@ def test_a_session_that_does_not_clearly_beat_the_default_leaves_copies_in_the_r
     cand = choose(prep, w, "throughput", time_limit=5)
     assert cand.execution["replicas"] == 4 and cand.predicted["throughput_per_s"] == 103.0
     assert [c["throughput_per_s"] for c in cand.plan.details["candidates"]][:3] == [105.0, 103.0, 100.0]
+
+
+def test_ratios_pair_the_rounds_they_were_measured_in():
+    """A slow round slows both sides of its ratio: the ratio is the median of the rounds'
+    ratios (2, 0.5, 2 -> 2), not the ratio of the medians (20 / 15); without rounds it is
+    the ratio of the figures."""
+    from onnxsplit.runner import _ratios
+
+    def rounds(thr):
+        return {"throughput_per_s": float(np.median(thr)), "latency_ms": float(np.median([1e3 / t for t in thr])),
+                "by_round": {"throughput_per_s": thr, "latency_ms": [1e3 / t for t in thr]}}
+
+    got = _ratios(rounds([10.0, 20.0, 30.0]), {"b": rounds([5.0, 40.0, 15.0]),
+                                               "gone": {"error": "x"}})
+    assert set(got) == {"b"}
+    assert got["b"]["throughput"] == pytest.approx(2.0)
+    assert got["b"]["latency"] == pytest.approx(2.0)
+    plain = _ratios({"throughput_per_s": 20.0, "latency_ms": 50.0},
+                    {"b": {"throughput_per_s": 15.0, "latency_ms": 75.0}})
+    assert plain["b"] == pytest.approx({"throughput": 20 / 15, "latency": 1.5})

@@ -70,16 +70,19 @@ def bench(model: str, shapes: str, objective: str, devices: str | None, samples:
         if run is None:
             return {"model": model, "objective": objective, "error": f"run failed: {err}"}
     base = run.get("baselines") or {}
-    cap = [b for k, b in base.items() if k.startswith("ort_capacity")]
-    rows = {
-        "ort": next((b for k, b in base.items() if k == "ort_default_cpu"), None),
-        "copies": next((b for k, b in base.items() if k.startswith("ort_replicas_cpu")), None),
-        "acc": next((b for k, b in base.items() if k.startswith("ort_default_")
-                     and k != "ort_default_cpu"), None),
+    cap = [k for k, b in base.items() if k.startswith("ort_capacity") and "error" not in b]
+    names = {
+        "ort": next((k for k in base if k == "ort_default_cpu"), None),
+        "copies": next((k for k in base if k.startswith("ort_replicas_cpu")), None),
+        "acc": next((k for k in base if k.startswith("ort_default_") and k != "ort_default_cpu"),
+                    None),
         "cap": (min if objective == "latency" else max)(
-            (b for b in cap if "error" not in b), key=lambda b: _metric(b, objective),
-            default=None),
+            cap, key=lambda k: _metric(base[k], objective), default=None),
     }
+    rows = {k: base.get(name) if name else None for k, name in names.items()}
+    # the run's own ratios: medians of the ratios within each round of measurement
+    paired = {k: (run.get("ratios") or {}).get(name, {}).get(objective) if name else None
+              for k, name in names.items()}
     meas = _metric(run["measured"], objective)
     pred = _metric(run["predicted"], objective)
     plan = split["plan"]
@@ -91,7 +94,8 @@ def bench(model: str, shapes: str, objective: str, devices: str | None, samples:
         "error": None if code_run == 0 and code == 0 else "check failed",
         "prediction_error": meas / pred - 1 if meas and pred else None,
         "baselines": {k: _metric(v, objective) for k, v in rows.items()},
-        "ratios": {k: _better(meas, _metric(v, objective), objective) for k, v in rows.items()},
+        "ratios": {k: paired[k] if paired[k] is not None
+                   else _better(meas, _metric(v, objective), objective) for k, v in rows.items()},
         "split": split, "run": run,
     }
 
