@@ -634,6 +634,8 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
 
 
 ROUNDS = 5  # measurements alternate between the plan and the baselines, medians kept
+MIN_ROUND_S = 0.3  # a round of one session at least this long (more samples for a fast model)
+MAX_ROUND_SAMPLES = 1000
 
 
 def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = None
@@ -713,7 +715,17 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
     right after the copies): medians over the rounds, or the error."""
     got: dict[str, list[dict[str, float]]] = {name: [] for name in loaded}
     out: dict[str, dict[str, Any]] = {}
-    per_round = max(5, samples // max(rounds, 1))
+    per_round: dict[str, int] = {}
+    for name, parts in loaded.items():  # a round lasts at least MIN_ROUND_S: a fast model's
+        try:                             # rounds then spread over seconds, not milliseconds
+            t = time.perf_counter()
+            parts.run(feeds)
+            once = max(time.perf_counter() - t, 1e-6)
+        except RunError as e:
+            out[name] = {"error": str(e)}
+            continue
+        per_round[name] = max(1, samples // max(rounds, 1),
+                              min(MAX_ROUND_SAMPLES, int(MIN_ROUND_S / once)))
     names = list(loaded)
     for r in range(max(rounds, 1)):
         for name in names[r % len(names):] + names[:r % len(names)]:  # each goes first once
@@ -721,14 +733,15 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
             if name in out:
                 continue
             try:
-                got[name].append(measure_pipeline(parts, feeds, per_round, warmup))
+                got[name].append(measure_pipeline(parts, feeds, per_round[name], warmup))
             except RunError as e:
                 out[name] = {"error": str(e)}
     for name, runs in got.items():
         if runs and name not in out:
             by_round = {k: [float(r[k]) for r in runs] for k in ("latency_ms", "throughput_per_s")}
             out[name] = {k: float(np.median(v)) for k, v in by_round.items()}
-            out[name].update(samples=per_round * len(runs), rounds=len(runs), by_round=by_round)
+            out[name].update(samples=per_round[name] * len(runs), rounds=len(runs),
+                             by_round=by_round)
     return out
 
 
