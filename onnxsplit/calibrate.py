@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from .profile.devices import CPU_EP
 
-TARGET_S = 1.5  # seconds each configuration is timed for, over ROUNDS rounds
+TARGET_S = 3.0  # seconds each configuration is timed for, over ROUNDS rounds
 ROUNDS = 5  # a shared machine's noise comes in slow minutes: alternate, keep medians
 MIN_SAMPLES, MAX_SAMPLES = 5, 200
 MEMORY_SHARE = 0.5  # copies of the model may take this share of the host's memory
