@@ -110,8 +110,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="throughput: minimise the max load of any device (pipelined); "
                         "latency: minimise one sample's end-to-end time (default: throughput)")
     registry = _methods()
-    s.add_argument("--method", default="dp", choices=list(registry.METHODS), metavar="METHOD",
-                   help="; ".join(f"{m.name}: {m.summary}" for m in registry.REGISTRY if m.kind == "method")
+    s.add_argument("--method", default=None, choices=list(registry.METHODS), metavar="METHOD",
+                   help="default: dp for throughput, ip for latency. "
+                        + "; ".join(f"{m.name}: {m.summary}" for m in registry.REGISTRY if m.kind == "method")
                         + ". Baselines: " + "; ".join(f"{m.name}: {m.summary}" for m in registry.REGISTRY
                                                      if m.kind == "baseline"))
     s.add_argument("--quiet", action="store_true", help="no progress lines on long solves")
@@ -486,6 +487,7 @@ def _solve(args) -> int:
     inputs = (args.workload, args.split)
     check_output(args.output, inputs)  # before the solve, not after it
     workload = api.load_workload(args.workload)
+    args.method = args.method or ("dp" if args.objective == "throughput" else "ip")
     if args.split and args.method != "given":
         from .errors import OnnxsplitError
 

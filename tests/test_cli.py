@@ -41,6 +41,17 @@ def test_solve_json(capsys, diamond_file):
     assert set(assignment.values()) <= {"acc0", "acc1", "cpu0"}
 
 
+def test_solve_for_latency_without_a_method_takes_the_latency_program(capsys, diamond_file):
+    rc, out, _ = run(capsys, "solve", diamond_file, "--objective", "latency", "--json")
+    assert rc == 0
+    obj = json.loads(out)
+    assert obj["method"] == "ip" and obj["objective"] == "latency"
+    assignment = {int(k): v for k, v in obj["assignment"].items()}
+    pieces = {int(k): v for k, v in obj["pieces"].items()} if obj.get("pieces") else None
+    w = Workload.from_paper_json(diamond_file)
+    assert evaluate.latency(w, assignment, pieces).value == pytest.approx(obj["value"])
+
+
 def test_solve_writes_plan_that_evaluate_reads(capsys, diamond_file, tmp_path):
     plan = tmp_path / "plan.json"
     rc, out, _ = run(capsys, "solve", diamond_file, "-o", plan)
@@ -70,7 +81,7 @@ def test_infeasible_workload_exits_1(capsys, tmp_path):
 
 @pytest.mark.parametrize("argv,fragment", [
     (["solve", "/nonexistent/w.json"], "cannot read"),
-    (["solve", "{diamond}", "--objective", "latency"], "does not optimise latency"),
+    (["solve", "{diamond}", "--objective", "latency", "--method", "dp"], "does not optimise latency"),
     (["evaluate", "{diamond}", "/nonexistent/s.json"], "cannot read"),
 ])
 def test_errors_are_one_line(capsys, diamond_file, argv, fragment):
