@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
+
+
+def sigint_as_in_a_terminal() -> None:
+    """A child's ``preexec_fn``: Ctrl-C reaches it as in a terminal, even where the tests
+    run in the background (whose children inherit an ignored SIGINT, and Python then
+    installs no handler for it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def ray_processes(driver: int | None = None) -> set[int]:

@@ -5,6 +5,7 @@ actor ran, failures named by part, and no Ray process left behind."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from onnx_models import mlp
-from ray_processes import ray_processes
+from ray_processes import ray_processes, sigint_as_in_a_terminal
 from onnxsplit.cli import main
 from onnxsplit.export import MANIFEST, export
 from onnxsplit.graph import OpGraph
@@ -115,17 +116,25 @@ def test_parts_pinned_to_machines_run_on_their_nodes(tmp_path, no_ray_left):
 def test_interrupting_the_ray_engine_leaves_no_ray_behind(tmp_path):
     _, parts = two_parts(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "onnxsplit", "run", str(parts), "--engine", "ray",
-                             "--samples", "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 60
-    while time.time() < deadline and not ray_processes(proc.pid):
-        time.sleep(0.2)
-    assert ray_processes(proc.pid), "the command started no Ray"
-    time.sleep(3)  # its actors up and measuring
-    assert proc.poll() is None
-    began = time.time()
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=10)
-    assert proc.returncode == 130 and time.time() - began < 3
+                             "--samples", "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=sigint_as_in_a_terminal)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not ray_processes(proc.pid):
+            time.sleep(0.2)
+        assert ray_processes(proc.pid), "the command started no Ray"
+        time.sleep(3)  # its actors up and measuring
+        assert proc.poll() is None
+        began = time.time()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+        assert proc.returncode == 130 and time.time() - began < 3
+    finally:
+        if proc.poll() is None:  # failed: leave no command nor its Ray behind
+            daemons = ray_processes(proc.pid)
+            proc.kill()
+            for pid in daemons:
+                os.kill(pid, signal.SIGKILL)
     for _ in range(50):
         if not ray_processes(proc.pid):
             break

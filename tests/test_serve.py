@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ray_processes import ray_processes
+from ray_processes import ray_processes, sigint_as_in_a_terminal
 from onnxsplit.kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -130,7 +130,8 @@ def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):
     port, ready = free_port(), tmp_path / "ready.json"
     proc = subprocess.Popen([sys.executable, "-m", "onnxsplit", "serve", str(parts), "--port", str(port),
                              "--name", "mlp", "--ready-file", str(ready)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=sigint_as_in_a_terminal)
     try:
         deadline = time.time() + 120
         while not ready.exists() and proc.poll() is None and time.time() < deadline:
