@@ -101,13 +101,19 @@ def test_latency_dp_plan_is_valid_and_its_estimate_holds(seed):
     assert plan.value == pytest.approx(bf.latency(data, plan.assignment), rel=1e-9)
 
 
-def test_latency_ip_is_proven_by_the_path_bound_on_a_chain():
+def test_latency_ip_is_proven_on_a_chain_by_either_bound():
     w = Workload.from_paper_json(_chain(3, n=8, k=3))
     plan = api.solve(w, "latency", "ip", time_limit=30)
     assert plan.gap is not None and plan.gap <= 0.01
-    assert plan.details["path_bound"] == pytest.approx(latency_bounds.latency_lower_bound(w, 1))
+    # the bound composed along the chain's cut vertices goes first and proves it alone
+    assert plan.details["series_bound"] >= plan.value * (1 - 0.01)
     assert plan.lower_bound <= plan.value
     assert plan.seconds >= plan.details["warm_start_seconds"] >= 0  # the warm start's time counts
+    # without it, the path bound proves the same plan
+    alone = latency_ip.solve_latency(w, time_limit=30, warm_start=plan.assignment, series_bound=False)
+    assert alone.gap is not None and alone.gap <= 0.01 and "series_bound" not in alone.details
+    assert alone.details["path_bound"] == pytest.approx(latency_bounds.latency_lower_bound(w, 1))
+    assert alone.value == pytest.approx(plan.value)
 
 
 def test_cut_sequence_needs_a_topological_order():
