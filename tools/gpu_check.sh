@@ -7,7 +7,10 @@
 #
 #   bash tools/gpu_check.sh OUT_DIR [MODEL.onnx SHAPES]
 #
-# Expects a copy of ../shared/gpu as .gpu/ (onnxruntime-gpu and wheels, see its README) and
+# Expects a copy of ../shared/gpu as .gpu/ (onnxruntime-gpu and wheels, see its README),
+# in .gpu/extra/ the cp312 wheels of onnx-ir and ml_dtypes for an image that lacks them
+# (pip download --no-deps --only-binary :all: --python-version 3.12 --platform
+# manylinux_2_28_x86_64 -d .gpu/extra onnx-ir ml_dtypes), and
 # the BERT-base graph (tools/build_heldout.py, weights left behind) as .gpu/models/; the
 # weights are drawn afresh here (--refill).  Without a GPU (no .gpu/ or no nvidia-smi) it
 # runs the CPU half on the given model, to check the script.  Tables in OUT/*.txt, every
