@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from ray_processes import sigint_as_in_a_terminal
 from onnxsplit import api, interrupt, limits
 from onnxsplit.errors import OnnxsplitError, SolveError
 from onnxsplit.export import FORMAT
@@ -44,8 +45,7 @@ def _started(argv, wait_for: float, **env):
     env = dict(os.environ, PYTHONPATH=ROOT, **env)
     p = subprocess.Popen([sys.executable, "-m", "onnxsplit", *argv], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-                         # as in a terminal, even where the tests run in the background
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                         preexec_fn=sigint_as_in_a_terminal)
     time.sleep(wait_for)
     assert p.poll() is None, p.communicate()
     return p

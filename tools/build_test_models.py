@@ -10,8 +10,8 @@ dynamo=True)`` with dynamic batch and sequence axes, weights in a ``.data`` file
 
 ``tiny_bert`` is small enough (< 1 MB, weights inline) to be committed as test data and
 ``small_bert`` (3.6 MB, inline) is the demo model shipped in models/;
-``gpt2_large`` (36 layers, 3.1 GB) and ``llama_32`` (a Llama-style decoder: 32 layers, 2.7
-GB) are not built by default: models over protobuf's 2 GB limit, LLM-sized.
+``gpt2_large`` (36 layers, 3.1 GB) and ``llama_32`` (a Llama-style decoder: 32 layers,
+2.37 GB) are not built by default: models over protobuf's 2 GB limit, LLM-sized.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _text_model(kind: str):
     if kind.startswith("llama"):  # a modern decoder: RMSNorm, rotary positions, SwiGLU, GQA
         size = {"llama_tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=256),
-                # 32 layers, 675M parameters: 2.7 GB of fp32 weights
+                # 32 layers, 592M parameters: 2.37 GB of fp32 weights
                 "llama_32": dict(hidden_size=1280, intermediate_size=3456, num_hidden_layers=32,
                                  num_attention_heads=20, num_key_value_heads=4,
                                  vocab_size=32000)}[kind]

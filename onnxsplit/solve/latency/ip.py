@@ -60,7 +60,8 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     # it bounds lat[v] below and shrinks the big-M of "v finishes with its call".  (No
     # tail bound: lat[v] is its call's finish, which may already include v's successors.)
     head = longest_paths(w, cheapest)[0]
-    floor = float(head.max(initial=0.0))
+    longest = float(head.max(initial=0.0))  # the critical path at each node's cheapest latency
+    floor = longest
     details = {"solver": solver, "pieces_per_accelerator": pieces, "big_m": ub}
 
     def proven_start():
@@ -93,7 +94,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     # the LP relaxation does not see the memory limit forcing layers apart; the best cut
     # of a few heavy paths does (bounds.py), and bounds the objective from below
     path_seconds = PATH_BOUND_SHARE * max(0.0, time_limit - (time.perf_counter() - start_time))
-    path = float(head.max(initial=0.0))
+    path = longest
     if not w.multi_class:  # (the path bound's cuts read one accelerator class)
         path = max(path, latency_lower_bound(w, pieces, seconds=path_seconds))
     details["path_bound"] = path
