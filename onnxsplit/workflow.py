@@ -36,7 +36,7 @@ from .profile import ProfileFile, available_providers, ensure_profiled
 from .profile.measure import input_feeds
 from .runner import run_parts
 from .shapes import bytes_text
-from .solve import evaluate, methods
+from .solve import evaluate, isolated, methods
 from .solve.throughput import dp
 
 AUTO_IDEAL_LIMIT = 50_000  # above this many ideals the exact DP gives way to the linearized one
@@ -131,8 +131,11 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool):
             _say(quiet, f"calibrating the whole model on {entry.execution_provider} "
                         "(as users run onnxruntime)")
             feeds = feeds if feeds is not None else input_feeds(graph)
-            record = calibrate.calibrate(graph.path, feeds, entry.execution_provider,
-                                         model_bytes=model_bytes)
+            # in a fresh process, as `run` measures: what profiling left in this one
+            # (sessions, arenas, threads) slowed the CUDA session measured here
+            with isolated.Child() as child:
+                record = child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds,
+                                    entry.execution_provider, model_bytes=model_bytes)
             store = store or ProfileFile.load(cache)
             store.put(replace(entry, as_run=record))
         if record:

@@ -71,14 +71,15 @@ class Child:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def call(self, function: str, *args, timeout: float | None = None):
-        """``function`` ("module:name") called with ``args`` in the child; its exception is
-        raised here; SolveError where the child died or ``timeout`` passed."""
+    def call(self, function: str, *args, timeout: float | None = None, **kwargs):
+        """``function`` ("module:name") called with ``args`` and ``kwargs`` in the child;
+        its exception is raised here; SolveError where the child died or ``timeout``
+        passed."""
         if self.proc.poll() is not None:  # the last call ended it
             self.close()
             self._start()
         try:
-            pickle.dump((function, args), self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump((function, args, kwargs), self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
             self.proc.stdin.flush()
             deadline = None if timeout is None else time.perf_counter() + timeout
             if not wait_readable(self.proc.stdout, deadline):
@@ -103,12 +104,12 @@ def _serve() -> None:
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
-            function, args = pickle.load(requests)
+            function, args, kwargs = pickle.load(requests)
         except EOFError:
             return
         module, _, name = function.partition(":")
         try:
-            reply = (True, getattr(importlib.import_module(module), name)(*args))
+            reply = (True, getattr(importlib.import_module(module), name)(*args, **kwargs))
         except Exception as e:
             reply = (False, e)
         pickle.dump(reply, replies, protocol=pickle.HIGHEST_PROTOCOL)
