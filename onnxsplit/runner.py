@@ -222,7 +222,9 @@ class Parts:
         else:
             specs = self.manifest["parts"]
         self._load(specs, optimize, cpu_threads, fallback_cpu)
-        if self.manifest.get("run_as") == "session":
+        if self.manifest.get("run_as") == "session" \
+                and self.execution_providers[0] == specs[0]["execution_provider"]:
+            # (a plan for hardware elsewhere, run on the CPU here, has nothing to check)
             self.assignment = _check_assignment(self.sessions[0][0], specs[0]["node_providers"])
 
     @classmethod

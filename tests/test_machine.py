@@ -140,6 +140,26 @@ def test_one_session_runs_the_annotated_plan(tmp_path):
         Parts(out)
 
 
+@pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(),
+                    reason="checks a plan for a GPU elsewhere")
+def test_a_session_plan_for_a_gpu_elsewhere_is_checked_on_the_cpu(tmp_path):
+    """Planned here for a GPU machine: verified on the CPU (the main command's check),
+    where onnxruntime's assignment cannot be the plan's and is not held against it."""
+    model = mlp(tmp_path / "m.onnx", layers=3, batch=4, width=32)
+    g = OpGraph.from_onnx(model)
+    out = tmp_path / "p"
+    half = len(g.nodes) // 2
+    export(g, {n.name: "cpu0" if i < half else "acc0" for i, n in enumerate(g.nodes)}, out,
+           providers={"cpu0": CPU, "acc0": "CUDAExecutionProvider"}, threads={"cpu0": 0},
+           session={"threads": 0})
+    with pytest.raises(RunError, match="not available here"):
+        Parts(out)
+    parts = Parts(out, fallback_cpu=True)
+    assert parts.execution_providers == [CPU] and parts.assignment is None
+    r = run_parts(out, measure=False, fallback_cpu=True)
+    assert r["verify"]["ok"] and r["fell_back"] == ["session"]
+
+
 def test_a_nan_the_original_lacks_fails_the_check():
     from onnxsplit.runner import compare_outputs
 
