@@ -12,6 +12,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m onnxsplit.solve.precompile
 	touch $@
 
 # the tests also run what optional extras give (Ray: the engine and the server)
