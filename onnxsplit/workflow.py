@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from . import calibrate, machine
+from . import machine
 from . import export as ex
 from .build import build_workload, choose_accelerators, pick_entries, providers_needed
 from .cluster import Cluster

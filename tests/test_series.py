@@ -142,3 +142,29 @@ def test_latency_ip_starts_from_the_series_plan(seed):
     plan = api.solve(w, "latency", "ip", time_limit=20)
     assert plan.value <= composed.value * (1 + 1e-9)
     assert plan.lower_bound <= plan.value * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unlimited_memory_keeps_a_reaching_plan_in_range(seed):
+    # memory 1e18 (no limit): a block end pinned in a call holds "memory less its room",
+    # which put 1e18 into the program's rows (HiGHS refused them and the command failed);
+    # the block's own sizes bound every number now, and the plan is the brute-force best
+    from onnxsplit.solve.latency import blocks as series_blocks
+    from onnxsplit.solve.latency.ip import solve_latency
+    from test_latency_dp import _brute_min
+
+    data = _modules(seed)
+    data["maxSizePerFPGA"] = 1e18
+    w = Workload.from_paper_json(data)
+    cuts = series_blocks.cut_vertices(w)
+    block = next(b for b in series_blocks.blocks(w, cuts) if b.first is not None and b.inside)
+    room = 0.5 * float(w.size[block.inside].sum())
+    sub = series_blocks.block_workload(w, block, 1, room, None)
+    assert sub.size.max() < 1e6 and sub.accelerator_memory < 1e6
+    plan = solve_latency(sub, time_limit=30, gap=1e-9, series_bound=False, warm_start=None)
+    assert plan.value == pytest.approx(_brute_min(sub.to_paper_json(), 1), rel=1e-6)
+    # the room still binds: the call through the pinned end holds at most it
+    end = int(w.ids[block.first])
+    call = plan.assignment[end]
+    held = sum(float(w.size[w.index[i]]) for i, d in plan.assignment.items() if d == call and i != end)
+    assert held <= room * (1 + 1e-9)

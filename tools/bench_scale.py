@@ -9,7 +9,7 @@ own ``onnxsplit solve --json`` process, so its peak memory (max RSS) is its own.
 
     python tools/bench_scale.py [--sizes 1000,3000,10000,30000] [--time-limit 60]
         [--k 4] [--l 2] [--memory-share 0.3] [--methods dp_linear,lp_round,ip]
-        [--latency-methods ip] [--workload FILE ...]
+        [--latency-methods ip] [--workload FILE ...] [--shared-mask]
 """
 
 from __future__ import annotations
@@ -57,19 +57,23 @@ def main() -> int:
     ap.add_argument("--methods", default="dp_linear,lp_round,ip")
     ap.add_argument("--latency-methods", default="ip")
     ap.add_argument("--workload", action="append", default=[], help="a workload JSON to add (e.g. a real export's)")
+    ap.add_argument("--shared-mask", action="store_true",
+                    help="synthetic graphs with one attention mask read by every layer, as exports have")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="onnxsplit-scale-"))
     cases = []
     for n in [int(x) for x in args.sizes.split(",") if x]:
         path = tmp / f"t{n}.json"
         subprocess.run([sys.executable, str(ROOT / "tools" / "make_large_workload.py"), str(path), "--nodes", str(n),
-                        "--k", str(args.k), "--l", str(args.l), "--memory-share", str(args.memory_share)],
+                        "--k", str(args.k), "--l", str(args.l), "--memory-share", str(args.memory_share)]
+                       + ["--shared-mask"] * args.shared_mask,
                        check=True, stdout=subprocess.DEVNULL)
         cases.append((f"synthetic {n}", path))
     cases += [(Path(w).name, Path(w)) for w in args.workload]
     runs = [("throughput", m) for m in args.methods.split(",") if m] + \
         [("latency", m) for m in args.latency_methods.split(",") if m]
-    print(f"time limit {args.time_limit:g} s; k={args.k}, l={args.l}, memory share {args.memory_share:g}; "
+    print(f"time limit {args.time_limit:g} s; k={args.k}, l={args.l}, memory share {args.memory_share:g}"
+          f"{'; one attention mask read by every layer' if args.shared_mask else ''}; "
           "peak = max RSS of the solve's process", flush=True)
     print(f"{'workload':<18} {'nodes':>6} {'objective':<10} {'method':<10} {'first s':>8} {'value':>11} "
           f"{'bound':>11} {'gap':>7} {'seconds':>8} {'peak MB':>8}  status", flush=True)

@@ -8,11 +8,12 @@ their bias Adds, Reshape/Transpose per head, the shape arithmetic that feeds the
 Softmax, MatMul), the output projection, GELU decomposed, the feed-forward and the
 residuals.  Latencies come from FLOPs (50 GFLOP/s per CPU core, 2 TFLOP/s per
 accelerator, jittered by ``--seed``), weights are the memory, transfers bytes / 16 GB/s.
-Layers are added until ``--nodes`` is reached; ``--isolated N`` instead gives N nodes
-without edges.
+Layers are added until ``--nodes`` is reached; ``--shared-mask`` makes the attention mask
+once, from the input, for every layer (as real exports do: then no node is on every
+path); ``--isolated N`` instead gives N nodes without edges.
 
     python tools/make_large_workload.py OUT.json [--nodes 10000] [--k 4] [--l 2]
-        [--memory-share 0.3] [--seed 0] [--isolated N]
+        [--memory-share 0.3] [--seed 0] [--isolated N] [--shared-mask]
 
 ``--memory-share`` is each accelerator's memory as a share of all the weights (0: no
 limit).  Used by ``tools/bench_deadlines.py`` and the deadline tests.
@@ -65,7 +66,7 @@ class _Builder:
                       out_bytes=SEQ * n_out * 4)
         return self.add(f"{p}.bias", SEQ * n_out, [mm], weights=n_out * 4, out_bytes=SEQ * n_out * 4)
 
-    def layer(self, i: int, x: int) -> int:
+    def layer(self, i: int, x: int, mask: int | None = None) -> int:
         p = f"layer{i}"
         ln = self.layer_norm(f"{p}.ln1", x)
         shape = self.add(f"{p}.shape", 1, [ln], out_bytes=24)
@@ -79,7 +80,8 @@ class _Builder:
             heads.append(self.add(f"{p}.{part}.transpose", SEQ * HIDDEN, [r]))
         qk = self.add(f"{p}.qk", 2 * SEQ * SEQ * HIDDEN, heads[:2], out_bytes=12 * SEQ * SEQ * 4)
         sc = self.add(f"{p}.scale", 12 * SEQ * SEQ, [qk], out_bytes=12 * SEQ * SEQ * 4)
-        mk = self.add(f"{p}.mask", 12 * SEQ * SEQ, [sc], out_bytes=12 * SEQ * SEQ * 4)
+        mk = self.add(f"{p}.mask", 12 * SEQ * SEQ, [sc] + ([mask] if mask else []),
+                      out_bytes=12 * SEQ * SEQ * 4)
         sm = self.add(f"{p}.softmax", 5 * 12 * SEQ * SEQ, [mk], out_bytes=12 * SEQ * SEQ * 4)
         av = self.add(f"{p}.av", 2 * SEQ * SEQ * HIDDEN, [sm, heads[2]])
         t = self.add(f"{p}.merge.transpose", SEQ * HIDDEN, [av])
@@ -97,16 +99,22 @@ class _Builder:
         return self.add(f"{p}.residual2", SEQ * HIDDEN, [down, res1])
 
 
-def build(nodes: int, k: int, l: int, memory_share: float, seed: int, isolated: int = 0) -> dict:
+def build(nodes: int, k: int, l: int, memory_share: float, seed: int, isolated: int = 0,
+          shared_mask: bool = False) -> dict:
     b = _Builder(seed)
     if isolated:
         for i in range(isolated):
             b.add(f"n{i}", b.rng.uniform(1e5, 1e8), weights=b.rng.uniform(0, 1e6))
     else:
         x = b.add("embeddings", 2 * SEQ * HIDDEN, weights=30522 * HIDDEN * 4, supported=False)
+        mask = None
+        if shared_mask:  # the attention mask made once from the input ids, read by every layer
+            mask = x
+            for step in ("unsqueeze", "cast", "sub", "mul"):
+                mask = b.add(f"mask.{step}", SEQ, [mask], out_bytes=SEQ * 4)
         i = 0
         while len(b.nodes) < nodes - 1:
-            x = b.layer(i, x)
+            x = b.layer(i, x, mask)
             i += 1
         b.add("pooler", 2 * HIDDEN * HIDDEN, [x], weights=HIDDEN * HIDDEN * 4)
     for n in b.nodes:
@@ -126,8 +134,10 @@ def main(argv=None) -> int:
                     help="each accelerator's memory over all the weights (default 0: no limit)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--isolated", type=int, default=0, help="N nodes without edges instead")
+    ap.add_argument("--shared-mask", action="store_true",
+                    help="one attention mask, made from the input, read by every layer (as exports have)")
     a = ap.parse_args(argv)
-    w = build(a.nodes, a.k, a.l, a.memory_share, a.seed, a.isolated)
+    w = build(a.nodes, a.k, a.l, a.memory_share, a.seed, a.isolated, a.shared_mask)
     Path(a.out).write_text(json.dumps(w) + "\n")
     print(f"wrote {a.out}: {len(w['nodes'])} nodes, {len(w['edges'])} edges")
     return 0

@@ -71,7 +71,6 @@ def block_workload(w: Workload, block: Block, accelerators: int, first_room: flo
     or to an accelerator call at no compute (a CPU time above any plan's) that holds at
     most its room of the block's memory.  The block's latency is then the time from the
     first end's finish to the last end's inputs (or through the last end's call)."""
-    memory = float(w.accelerator_memory)
     ends = [v for v in (block.first, block.last) if v is not None]
     worst = pinned_cost(w, block, accelerators)
     pinned = {int(w.ids[v]): room for v, room in ((block.first, first_room), (block.last, last_room))
@@ -79,6 +78,14 @@ def block_workload(w: Workload, block: Block, accelerators: int, first_room: flo
     keep = np.zeros(w.n, dtype=bool)
     keep[block.inside] = True
     keep[ends] = True
+    memory = float(w.accelerator_memory)
+    if sum(room is not None for room in pinned.values()) <= 1:
+        # with one end in a call, memory no call of the block can fill stands for any more
+        # (the pinned end's size is memory less its room: with an unlimited 1e18, rows out
+        # of HiGHS's range).  Two ends in calls share one only where their rooms add up to
+        # more than the memory: that needs the memory itself
+        free = float(w.size[[v for v in np.flatnonzero(keep) if pinned.get(int(w.ids[v])) is None]].sum())
+        memory = min(memory, 2.0 * free + 1.0)
 
     def pin(n):
         room = pinned[n.id]
@@ -89,7 +96,7 @@ def block_workload(w: Workload, block: Block, accelerators: int, first_room: flo
 
     sub = w.restricted(keep)
     return sub.replace(nodes=tuple(pin(n) if n.id in pinned else n for n in sub.nodes),
-                       num_accelerators=accelerators)
+                       num_accelerators=accelerators, accelerator_memory=memory)
 
 
 def pinned_cost(w: Workload, block: Block, accelerators: int) -> float:

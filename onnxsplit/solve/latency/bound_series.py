@@ -89,6 +89,63 @@ def block_parts(w: Workload) -> list[series.Block] | None:
     return blocks
 
 
+def series_parts(w: Workload) -> tuple[Workload, list[series.Block]] | None:
+    """A workload whose bound is ``w``'s, and its blocks: ``w`` itself where its own blocks
+    serve, else its least relaxation (:func:`relaxed`, the longest span) whose blocks do;
+    None where none does."""
+    own = block_parts(w)
+    if own is not None:
+        return w, own
+    for span in FANOUT_SPANS:
+        r, _ = relaxed(w, span)
+        parts = block_parts(r)
+        if parts is not None:
+            return r, parts
+    return None
+
+
+# levels an edge of a fanning-out node may span in a relaxation, longest first: the
+# fewer edges dropped, the less the bound loses and the fewer blocks it composes
+FANOUT_SPANS = (256, 128, 64, 32, 16, 8, 4, 2)
+
+
+def relaxed(w: Workload, span: int) -> tuple[Workload, float]:
+    """``w`` without the edges of a fanning-out node that reach more than ``span`` levels
+    ahead (a decoder's mask and rotary tables feed every layer: no node is on every path),
+    and without the nodes left feeding nothing (the mask's own nodes); with the work lost.
+
+    Every plan of ``w``, restricted to what is left, is a plan of the relaxation with no
+    larger latency: a call waits on fewer senders, receives and sends fewer tensors (each
+    at its cost c(u)), runs fewer nodes, holds less memory;
+    no path is added, so a call stays convex.  So a bound on it bounds ``w``."""
+    depth = np.zeros(w.n, dtype=np.int64)
+    for v in w.topological_order:
+        for u in w.predecessors[v]:
+            depth[v] = max(depth[v], depth[u] + 1)
+    index, fan = w.index, np.array([len(s) for s in w.successors])
+    kept = [e for e in w.edges
+            if fan[index[e.source]] < 2 or depth[index[e.dest]] - depth[index[e.source]] <= span]
+    left = np.zeros(w.n, dtype=np.int64)  # edges out of each node left: prune what feeds nothing
+    feeds: dict[int, list[int]] = {}
+    for e in kept:
+        left[index[e.source]] += 1
+        feeds.setdefault(index[e.dest], []).append(index[e.source])
+    keep = np.ones(w.n, dtype=bool)
+    stack = [v for v in range(w.n) if left[v] == 0 and fan[v] > 0]
+    while stack:
+        v = stack.pop()
+        keep[v] = False
+        for u in feeds.get(v, ()):
+            left[u] -= 1
+            if left[u] == 0 and keep[u]:
+                stack.append(u)
+    ids = set(int(i) for i in w.ids[keep])
+    edges = tuple(e for e in kept if e.source in ids and e.dest in ids)
+    nodes = tuple(n for n in w.nodes if n.id in ids)
+    lost = float(w.cpu_latency[~keep].sum() + w.acc_latency[~keep].sum())
+    return w.replace(nodes=nodes, edges=edges), lost
+
+
 def _reached(root: int, nbrs, inside: set[int]) -> set[int]:
     seen, stack = set(), [root]
     while stack:

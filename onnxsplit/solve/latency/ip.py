@@ -19,7 +19,7 @@ from ...workload import Workload
 from .. import anytime, evaluate
 from ..finish import status_label
 from ..milp import finite, new_model, optimize
-from .bound_series import block_parts, series_lower_bound
+from .bound_series import series_lower_bound, series_parts
 from .bounds import cheapest_latency, latency_lower_bound, latency_upper_bound, longest_paths, runs_nowhere
 from .cpsat import available as cp_sat_available
 
@@ -82,10 +82,11 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     # it applies it goes first, with SERIES_BOUND_SHARE of the time left (after the path
     # bound, whose cuts overran their share on 10,000 nodes, it was starved: 28% gap at
     # 60 s where it alone proves 1.9% in 20 s)
-    parts = block_parts(w) if series_bound and pieces == 1 and cp_sat_available() and not w.multi_class else None
-    if parts:
+    found = series_parts(w) if series_bound and pieces == 1 and cp_sat_available() and not w.multi_class else None
+    if found:
         left = time_limit - (time.perf_counter() - start_time)
-        composed = series_lower_bound(w, time.perf_counter() + SERIES_BOUND_SHARE * left, ub * (1 - gap), parts)
+        composed = series_lower_bound(found[0], time.perf_counter() + SERIES_BOUND_SHARE * left, ub * (1 - gap),
+                                      found[1])
         details["series_bound"] = float(composed) if composed is not None else None
         floor = max(floor, composed or 0.0)
         anytime.prove(floor)
