@@ -145,7 +145,7 @@ def _ip(w, objective, o: IPOptions):
     if objective == "latency":
         from .latency import ip
 
-        start = warm_starts.latency(w, o.time_limit, quick("latency"), _quick_solve) if o.warm_start else None
+        start = warm_starts.latency(w, o.time_limit, quick("latency"), quick_solve) if o.warm_start else None
         anytime.offer(start, "warm start")
         spent = time.perf_counter() - began
         plan = ip.solve_latency(w, pieces=o.pieces, time_limit=max(1.0, o.time_limit - spent), solver=o.solver,
@@ -153,7 +153,7 @@ def _ip(w, objective, o: IPOptions):
     else:
         from .throughput import ip
 
-        start = (warm_starts.throughput(w, o.time_limit, quick("throughput"), _quick_solve)
+        start = (warm_starts.throughput(w, o.time_limit, quick("throughput"), quick_solve)
                  if o.warm_start and not o.split_passes else None)
         anytime.offer(start, "warm start")
         spent = time.perf_counter() - began
@@ -330,6 +330,7 @@ def quick(objective: str) -> list[tuple[str, str]]:
     return [(m.name, objective if objective in m.objectives else m.objectives[0]) for _, m in ranked]
 
 
-def _quick_solve(workload: Workload, objective: str, name: str, time_limit: float) -> Plan:
+def quick_solve(workload: Workload, objective: str, name: str, time_limit: float) -> Plan:
+    """One quick method's plan, as the warm starts (solve/warm_starts.py) call them."""
     return solve(workload, objective, name, get(name).options(time_limit=time_limit))
 

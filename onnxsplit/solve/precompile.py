@@ -72,7 +72,7 @@ def precompile(time_limit: float = 120.0) -> int:
                 for name in methods.names(objective):
                     if name == "ip":
                         start = getattr(warm_starts, objective)
-                        start(w, time_limit, methods.quick(objective), methods._quick_solve)
+                        start(w, time_limit, methods.quick(objective), methods.quick_solve)
                         continue
                     try:
                         methods.solve(w, objective, name, methods.options_for(name, time_limit=time_limit))
