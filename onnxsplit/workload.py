@@ -221,9 +221,10 @@ class Workload:
     def restricted(self, keep: np.ndarray) -> "Workload":
         """The sub-workload of the nodes in ``keep`` (a node mask) and the edges among them:
         every plan of the whole is one of it, with no device's load larger (part bounds)."""
-        ids = set(int(i) for i in self.ids[keep])
-        return self.replace(nodes=tuple(n for n in self.nodes if n.id in ids),
-                            edges=tuple(e for e in self.edges if e.source in ids and e.dest in ids))
+        keep = np.asarray(keep, dtype=bool)  # (masks, not scans: a block of 10,000 nodes is cut out thousands of times)
+        edges = np.flatnonzero(keep[self.edge_src] & keep[self.edge_dst]) if self.edges else []
+        return self.replace(nodes=tuple(self.nodes[i] for i in np.flatnonzero(keep)),
+                            edges=tuple(self.edges[j] for j in edges))
 
     def problems(self) -> list[str]:
         """Every problem found, each naming the offending node, edge or field."""

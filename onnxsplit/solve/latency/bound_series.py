@@ -48,9 +48,13 @@ def series_lower_bound(w: Workload, deadline: float, target: float = INF,
         if time.perf_counter() > deadline:
             return None
         tables.append(_Tables(w, b))
+    best = None
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         while True:
-            value, todo = _best_path(w, blocks, tables)
+            value, todo = _best_path(w, blocks, tables, deadline)
+            if value is None:  # the deadline passed inside the DP: the last path's value stands
+                return best
+            best = value
             anytime.prove(value)  # every entry is a bound, solved or not: so is the path
             if not todo or value >= target or time.perf_counter() > deadline - 0.5:
                 return value
@@ -300,8 +304,9 @@ def _room_step(steps: list, room: float):
     return INF, None
 
 
-def _best_path(w: Workload, blocks: list, tables: list[_Tables]):
-    """(the DP's least latency, the unsolved entries on its best path as (block, key))."""
+def _best_path(w: Workload, blocks: list, tables: list[_Tables], deadline: float = INF):
+    """(the DP's least latency, the unsolved entries on its best path as (block, key));
+    (None, []) once ``deadline`` passes (thousands of blocks take a while)."""
     k = w.num_accelerators
     memory = float(w.accelerator_memory) * (1 + 1e-12)
     acc, cpu, size, sup = w.acc_latency, w.cpu_latency, w.size, w.supported
@@ -310,6 +315,8 @@ def _best_path(w: Workload, blocks: list, tables: list[_Tables]):
     states = {("P", 0): (0.0, None)}
     layers = []
     for b, tab in zip(blocks, tables):
+        if time.perf_counter() > deadline:
+            return None, []
         c = b.last
         nxt: dict = {}
 
