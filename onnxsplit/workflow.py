@@ -131,8 +131,8 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool):
             _say(quiet, f"calibrating the whole model on {entry.execution_provider} "
                         "(as users run onnxruntime)")
             feeds = feeds if feeds is not None else input_feeds(graph)
-            # in a fresh process, as `run` measures: what profiling left in this one
-            # (sessions, arenas, threads) slowed the CUDA session measured here
+            # in a fresh process, as `run` measures, apart from what profiling left in
+            # this one (sessions, arenas, threads)
             with isolated.Child() as child:
                 record = child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds,
                                     entry.execution_provider, model_bytes=model_bytes)
