@@ -5,7 +5,10 @@ host, this 2-core box) one slow round moves a ratio by 10%.  This runs the two i
 alternating rounds, each side first in every other round, and prints the median of the
 per-round ratios: whether a plan kept whole really runs exactly like onnxruntime's session.
 
-    python tools/ab_whole.py PARTS_DIR [--ep CUDAExecutionProvider] [--rounds 30]
+    python tools/ab_whole.py PARTS_DIR [--ep CUDAExecutionProvider] [--threads 1] [--rounds 30]
+
+``--threads``: the original's session gets that many intra-op threads (default 0: all),
+to match a plan of copies on single-thread sessions (each side runs one sample at a time).
 """
 
 from __future__ import annotations
@@ -38,11 +41,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parts_dir")
     ap.add_argument("--ep", default=CPU_EP, help="the original model's session runs here")
+    ap.add_argument("--threads", type=int, default=0, help="the original's intra-op threads (0: default)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--round-s", type=float, default=0.2, help="seconds per side per round")
     args = ap.parse_args()
     plan = Parts(args.parts_dir)
-    whole = Parts.whole(plan.manifest["model"]["path"], args.ep, threads=0)
+    whole = Parts.whole(plan.manifest["model"]["path"], args.ep, threads=args.threads)
     feeds = random_feeds(plan.inputs)
     t = time.perf_counter()
     plan.run(feeds)
