@@ -713,8 +713,8 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
 def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], samples: int,
                    warmup: int, rounds: int = ROUNDS) -> dict[str, dict[str, Any]]:
     """Each of ``loaded`` measured in ``rounds`` rounds, all in turn each round, the order
-    rotated (a shared machine's slow minute then hits all alike, and none always runs
-    right after the copies): medians over the rounds, or the error."""
+    varied (:func:`round_order`: a shared machine's slow minute then hits all alike, and
+    none always runs right after the copies): medians over the rounds, or the error."""
     got: dict[str, list[dict[str, float]]] = {name: [] for name in loaded}
     out: dict[str, dict[str, Any]] = {}
     per_round: dict[str, int] = {}
@@ -730,7 +730,7 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
                               min(MAX_ROUND_SAMPLES, int(MIN_ROUND_S / once)))
     names = list(loaded)
     for r in range(max(rounds, 1)):
-        for name in names[r % len(names):] + names[:r % len(names)]:  # each goes first once
+        for name in round_order(names, r):
             parts = loaded[name]
             if name in out:
                 continue
@@ -745,6 +745,14 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
             out[name].update(samples=per_round[name] * len(runs), rounds=len(runs),
                              by_round=by_round)
     return out
+
+
+def round_order(names: list[str], r: int) -> list[str]:
+    """Round ``r``'s order: rotated by ``r`` (each goes first once), the rest reversed in
+    odd rounds (a plain rotation keeps who follows whom: one session would always run
+    right after the copies)."""
+    turned = names[r % len(names):] + names[:r % len(names)]
+    return turned[:1] + turned[:0:-1] if r % 2 else turned
 
 
 def _collect_memory_stats(model_path: str | Path, ep: str, feeds: Mapping[str, Any],

@@ -283,3 +283,17 @@ def test_ratios_pair_the_rounds_they_were_measured_in():
     plain = _ratios({"throughput_per_s": 20.0, "latency_ms": 50.0},
                     {"b": {"throughput_per_s": 15.0, "latency_ms": 75.0}})
     assert plain["b"] == pytest.approx({"throughput": 20 / 15, "latency": 1.5})
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 6])
+def test_rounds_vary_who_runs_after_whom(n):
+    from onnxsplit.runner import ROUNDS, round_order
+
+    names = [f"s{i}" for i in range(n)]
+    orders = [round_order(names, r) for r in range(max(ROUNDS, n))]
+    assert all(sorted(o) == names for o in orders)
+    assert sorted(o[0] for o in orders[:n]) == names  # each goes first once
+    if n >= 3:  # and none always right after the same one (the copies, say)
+        for x in names:
+            after = {o[o.index(x) + 1] for o in orders[:ROUNDS] if o.index(x) + 1 < n}
+            assert len(after) >= 2, (x, orders)
