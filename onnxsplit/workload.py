@@ -222,7 +222,7 @@ class Workload:
         """The sub-workload of the nodes in ``keep`` (a node mask) and the edges among them:
         every plan of the whole is one of it, with no device's load larger (part bounds)."""
         keep = np.asarray(keep, dtype=bool)  # (masks, not scans: a block of 10,000 nodes is cut out thousands of times)
-        edges = np.flatnonzero(keep[self.edge_src] & keep[self.edge_dst]) if self.edges else []
+        edges = np.flatnonzero(keep[self.edge_src] & keep[self.edge_dst])
         return self.replace(nodes=tuple(self.nodes[i] for i in np.flatnonzero(keep)),
                             edges=tuple(self.edges[j] for j in edges))
 

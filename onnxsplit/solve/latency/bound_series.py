@@ -22,7 +22,7 @@ import numpy as np
 from ...workload import Workload
 from .. import anytime, evaluate
 from . import blocks as series
-from .bounds import latency_lower_bound
+from .bounds import latency_lower_bound, longest_paths
 from .cpsat import solve_latency_cp
 
 SOLVE_SECONDS = 30.0  # at most, for one entry's program
@@ -100,8 +100,9 @@ def series_parts(w: Workload) -> tuple[Workload, list[series.Block]] | None:
     own = block_parts(w)
     if own is not None:
         return w, own
+    depth = longest_paths(w, np.ones(w.n))[0]
     for span in FANOUT_SPANS:
-        r, _ = relaxed(w, span)
+        r, _ = relaxed(w, span, depth)
         parts = block_parts(r)
         if parts is not None:
             return r, parts
@@ -113,19 +114,18 @@ def series_parts(w: Workload) -> tuple[Workload, list[series.Block]] | None:
 FANOUT_SPANS = (256, 128, 64, 32, 16, 8, 4, 2)
 
 
-def relaxed(w: Workload, span: int) -> tuple[Workload, float]:
+def relaxed(w: Workload, span: int, depth: np.ndarray | None = None) -> tuple[Workload, float]:
     """``w`` without the edges of a fanning-out node that reach more than ``span`` levels
     ahead (a decoder's mask and rotary tables feed every layer: no node is on every path),
     and without the nodes left feeding nothing (the mask's own nodes); with the work lost.
 
     Every plan of ``w``, restricted to what is left, is a plan of the relaxation with no
     larger latency: a call waits on fewer senders, receives and sends fewer tensors (each
-    at its cost c(u)), runs fewer nodes, holds less memory;
-    no path is added, so a call stays convex.  So a bound on it bounds ``w``."""
-    depth = np.zeros(w.n, dtype=np.int64)
-    for v in w.topological_order:
-        for u in w.predecessors[v]:
-            depth[v] = max(depth[v], depth[u] + 1)
+    at its cost c(u)), runs fewer nodes, holds less memory; no path is added, so a call
+    stays convex.  So a bound on it bounds ``w``.  ``depth``: each node's level (the
+    longest path into it), where the caller has it."""
+    if depth is None:
+        depth = longest_paths(w, np.ones(w.n))[0]
     index, fan = w.index, np.array([len(s) for s in w.successors])
     kept = [e for e in w.edges
             if fan[index[e.source]] < 2 or depth[index[e.dest]] - depth[index[e.source]] <= span]
@@ -143,11 +143,8 @@ def relaxed(w: Workload, span: int) -> tuple[Workload, float]:
             left[u] -= 1
             if left[u] == 0 and keep[u]:
                 stack.append(u)
-    ids = set(int(i) for i in w.ids[keep])
-    edges = tuple(e for e in kept if e.source in ids and e.dest in ids)
-    nodes = tuple(n for n in w.nodes if n.id in ids)
     lost = float(w.cpu_latency[~keep].sum() + w.acc_latency[~keep].sum())
-    return w.replace(nodes=nodes, edges=edges), lost
+    return w.replace(edges=tuple(kept)).restricted(keep), lost
 
 
 def _reached(root: int, nbrs, inside: set[int]) -> set[int]:
