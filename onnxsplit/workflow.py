@@ -42,10 +42,13 @@ from .solve.throughput import dp
 AUTO_IDEAL_LIMIT = 50_000  # above this many ideals the exact DP gives way to the linearized one
 ROUND_GAP = 0.01  # a DP plan proven this close needs no rounded LP beside it
 # What the runner adds per part and sample: a hand-off between threads and the Python work
-# around a session call.  Python work holds the GIL, so it also caps the pipeline at one
-# sample per (parts x this).  Measured here: tiny BERT's two 0.096 ms stages stream at
+# around a session call.  Measured here: tiny BERT's two 0.096 ms stages stream at
 # 0.21-0.28 ms per sample and take 0.37-0.46 ms single-stream (tools/bench_pipeline.py).
 STAGE_OVERHEAD_MS = 0.1
+# The share of it that holds the GIL, which caps the pipeline at one sample per (all parts
+# x this): models/small_bert scattered over 68 parts on two cores streamed at 2.8 ms a
+# sample (`onnxsplit models/small_bert.onnx --method ip`, then `onnxsplit run`).
+CALL_GIL_MS = 0.04
 MIN_SPLIT_GAIN = 1.1  # auto keeps the model whole unless splitting promises this much more
 # one session of the whole model configured otherwise (explicit threads, another
 # optimisation level) must promise this much more than onnxruntime's default session,
@@ -281,20 +284,27 @@ def _plan_on(workload, sub, objective: str, plan: Plan) -> Plan:
     return plan
 
 
+def throughput_plans(workload, time_limit: float) -> list[Plan]:
+    """What ``auto`` weighs for throughput: the DP's plan (a chain of ideals: one
+    contiguous part per device), and where it is not proven within ROUND_GAP and memory
+    binds, the LP relaxation rounded beside it -- the CPUs should take the weight-heavy
+    units wherever they are, which no chain of ideals does (seconds on 10,000 nodes); its
+    plan may scatter a core's nodes over many calls, which the runner pays for."""
+    # past AUTO_IDEAL_LIMIT ideals (or the memory limit) its plan is the linearized one
+    plan = dp.solve(workload, ideal_limit=AUTO_IDEAL_LIMIT, time_limit=time_limit)
+    if workload.multi_class or (plan.gap is not None and plan.gap <= ROUND_GAP):
+        return [plan]
+    rounded = methods.solve(workload, "throughput", "lp_round", methods.options_for("lp_round",
+                                                                                    time_limit=time_limit))
+    return [plan] if rounded.value is None else [plan, rounded]
+
+
 def _one_plan(workload, objective: str, method: str, time_limit: float) -> Plan:
     if method != "auto":
         return methods.solve(workload, objective, method, methods.options_for(method, time_limit=time_limit))
     if objective == "throughput":
-        # past AUTO_IDEAL_LIMIT ideals (or the memory limit) its plan is the linearized one
-        plan = dp.solve(workload, ideal_limit=AUTO_IDEAL_LIMIT, time_limit=time_limit)
-        if workload.multi_class or (plan.gap is not None and plan.gap <= ROUND_GAP):
-            return plan
-        # where memory binds, the CPUs should take the weight-heavy units wherever they are,
-        # which no chain of ideals does: the LP relaxation rounded (seconds on 10,000 nodes)
-        rounded = methods.solve(workload, "throughput", "lp_round", methods.options_for("lp_round",
-                                                                                        time_limit=time_limit))
-        return rounded if rounded.value is not None and (plan.value is None or rounded.value < plan.value) \
-            else plan
+        plans = throughput_plans(workload, time_limit)
+        return min(plans, key=lambda p: float("inf") if p.value is None else p.value)
     if workload.accelerators_total == 0:
         return methods.solve(workload, "latency", "all_cpu")
     return methods.solve(workload, "latency", "ip", methods.IPOptions(time_limit=time_limit))
@@ -320,14 +330,18 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
     splits = machine.split_workloads(workload, objective, cpu_rec, acc_rec, prep.unoptimised_ms)
     found = []
     for w, ex in splits:
-        plan = choose_plan(w, objective, method, time_limit / max(len(splits), 1))
-        if plan.value is None or (len(set(plan.assignment.values())) < 2 and wholes):
-            continue
-        cand = machine.Candidate(plan, w, dict(ex))
-        session = objective == "latency" and _session_ready(prep, plan)
-        cand.execution["run_as"] = "session" if session else "pipeline"
-        cand.predicted = _predicted(cand)
-        found.append(cand)
+        share = time_limit / max(len(splits), 1)
+        # throughput: each plan the solver weighs, predicted with the calls it makes
+        plans = throughput_plans(w, share) if method == "auto" and objective == "throughput" \
+            and sum(1 for c in w.class_counts if c) <= 1 else [choose_plan(w, objective, method, share)]
+        for plan in plans:
+            if plan.value is None or (len(set(plan.assignment.values())) < 2 and wholes):
+                continue
+            cand = machine.Candidate(plan, w, dict(ex))
+            session = objective == "latency" and _session_ready(prep, plan)
+            cand.execution["run_as"] = "session" if session else "pipeline"
+            cand.predicted = _predicted(cand)
+            found.append(cand)
     weighed_wholes = list(wholes)
     defaults = [c for c in wholes if c.execution.get("baseline")]
     if defaults:  # a session configured otherwise must clearly beat the default session
@@ -371,11 +385,7 @@ def _session_ready(prep: Prepared, plan: Plan) -> bool:
 def _predicted(cand) -> dict[str, Any]:
     """What a split candidate promises in the runner's terms."""
     w, plan = cand.workload, cand.plan
-    parts = None
-    if plan.pieces:
-        calls = runner_pieces(w, plan)
-        parts = len({(plan.assignment[i], p) for i, p in calls.items()})
-    pred = predict(w, plan, parts)
+    pred = predict(w, plan)
     if cand.execution.get("run_as") == "session":
         lat = machine.serial_latency(w, plan.assignment)
         pred.update(latency_ms=lat, throughput_per_s=1e3 / lat, parts=1)
@@ -391,11 +401,7 @@ def _whole_if_split_does_not_pay(workload, plan: Plan) -> Plan:
     single = best_single_device(workload)
     if plan.value is None or single.get("method") is None or len(set(plan.assignment.values())) < 2:
         return plan
-    parts = None
-    if plan.pieces:  # a latency plan's calls, as the runner makes them
-        calls = runner_pieces(workload, plan)
-        parts = len({(plan.assignment[i], p) for i, p in calls.items()})
-    promised = predict(workload, plan, parts)
+    promised = predict(workload, plan)
     if plan.objective == "latency":
         whole_ms = single["latency_ms"] + 2 * STAGE_OVERHEAD_MS  # one part: hand-offs in and out
         if whole_ms >= MIN_SPLIT_GAIN * promised["latency_ms"]:
@@ -416,18 +422,23 @@ def _whole_if_split_does_not_pay(workload, plan: Plan) -> Plan:
     return whole
 
 
-def predict(workload, plan: Plan, parts: int | None = None) -> dict[str, Any]:
-    """What the plan promises, in the runner's terms: one sample every max(max load +
-    overhead, parts x overhead) ms; single-stream latency with each device running its
-    part(s) serially, plus an overhead per hand-off (STAGE_OVERHEAD_MS)."""
-    parts = parts or len(set(plan.assignment.values()))
-    load = evaluate.max_load(workload, plan.assignment).value
+def predict(workload, plan: Plan) -> dict[str, Any]:
+    """What the plan promises, in the runner's terms: each device's load plus a hand-off
+    (STAGE_OVERHEAD_MS) per call it makes a sample -- a plan that scatters a core's nodes
+    over many calls pays for each -- and one sample every max over devices of that, or
+    every (all calls x CALL_GIL_MS): the calls' Python work holds the GIL.  Single-stream
+    latency: each device runs its calls serially, plus a hand-off per call and one out."""
+    calls = runner_calls(workload, plan)
+    total = sum(calls.values())
+    loads = evaluate.max_load(workload, plan.assignment).loads
+    busiest = max(loads[d] + calls.get(d, 0) * STAGE_OVERHEAD_MS for d in loads)
     pieces = runner_pieces(workload, plan) if plan.pieces else None
     lat = evaluate.latency(workload, plan.assignment, pieces, serial_cpus=True).value
-    period = max(load + STAGE_OVERHEAD_MS, parts * STAGE_OVERHEAD_MS)
-    return {"latency_ms": lat + (parts + 1) * STAGE_OVERHEAD_MS,
-            "throughput_per_s": 1e3 / period, "max_load_ms": load, "parts": parts,
-            "stage_overhead_ms": STAGE_OVERHEAD_MS, "single_device": best_single_device(workload)}
+    period = max(busiest, total * CALL_GIL_MS)
+    return {"latency_ms": lat + (total + 1) * STAGE_OVERHEAD_MS,
+            "throughput_per_s": 1e3 / period, "max_load_ms": max(loads.values(), default=0.0),
+            "parts": total, "stage_overhead_ms": STAGE_OVERHEAD_MS,
+            "single_device": best_single_device(workload)}
 
 
 def best_single_device(workload) -> dict[str, Any]:
@@ -591,8 +602,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
     if candidate is not None and candidate.predicted:
         predicted = dict(candidate.predicted)
     else:
-        predicted = predict(workload, plan, len({(device_of[n], (piece_of or {}).get(n, 0))
-                                                 for n in names}))
+        predicted = predict(workload, plan)
     predicted["single_device"] = best_single_device(prep.workload)
     if prep.accelerator is not None and not machine.accelerator_fits(prep.workload):
         predicted["accelerator_memory"] = float(prep.workload.accelerator_memory)
@@ -651,26 +661,33 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
 
 
 def runner_pieces(workload, plan: Plan) -> dict[int, int]:
-    """node id -> call on its device as the runner executes the plan: the plan's
-    accelerator pieces, and CPU cores' calls around them (evaluate.runner_pieces)."""
+    """node id -> call on its device as the runner executes the plan (and the exporter
+    cuts it): a latency plan's accelerator pieces with the CPU cores' calls around them,
+    else the evaluator's pieces with serial CPUs (evaluate.runner_pieces)."""
 
     dev = evaluate.device_array(workload, plan.assignment)
-    given = np.array([plan.pieces.get(int(i), 0) for i in workload.ids], dtype=np.int64)
+    given = np.array([plan.pieces.get(int(i), 0) for i in workload.ids], dtype=np.int64) \
+        if plan.pieces else None
     piece = evaluate.runner_pieces(workload, dev, given)
     return {int(workload.ids[v]): int(piece[v]) for v in range(workload.n)}
+
+
+def runner_calls(workload, plan: Plan) -> dict[str, int]:
+    """Device -> how many calls (parts) it makes per sample as the runner executes the plan."""
+    calls: dict[str, set[int]] = {}
+    for i, p in runner_pieces(workload, plan).items():
+        calls.setdefault(plan.assignment[i], set()).add(p)
+    return {d: len(p) for d, p in calls.items()}
 
 
 def _pieces_by_name(workload, plan: Plan, names) -> dict[str, int] | None:
     """Calls per device for the exporter: the plan's pieces (with the CPU cores' calls
     around them), else one part per device, or where that would leave parts waiting on
     each other, the evaluator's pieces."""
-    if plan.pieces:
-        return {names[i]: p for i, p in runner_pieces(workload, plan).items()}
-    dev = evaluate.device_array(workload, plan.assignment)
-    piece = evaluate.call_pieces(workload, dev, serial_cpus=True)
-    if piece.max(initial=1) <= 1:
+    pieces = runner_pieces(workload, plan)
+    if not plan.pieces and max(pieces.values(), default=1) <= 1:
         return None
-    return {names[i]: int(piece[i]) for i in range(workload.n)}
+    return {names[i]: p for i, p in pieces.items()}
 
 
 def _device_rows(workload, plan: Plan, parts) -> list[dict[str, Any]]:

@@ -297,3 +297,51 @@ def test_rounds_vary_who_runs_after_whom(n):
         for x in names:
             after = {o[o.index(x) + 1] for o in orders[:ROUNDS] if o.index(x) + 1 < n}
             assert len(after) >= 2, (x, orders)
+
+
+def _chain_on_two_cores(n=6, ms=2.0):
+    return Workload.from_paper_json(workload([node(i, cpu=ms, acc=ms, supported=False) for i in range(n)],
+                                             [edge(i, i + 1, 0.0) for i in range(n - 1)], k=0, l=2))
+
+
+def test_a_plan_scattering_a_cores_nodes_pays_a_hand_off_per_call():
+    """A chain of 6 on two cores, split evenly either way (max load 6 ms both): contiguous,
+    each core makes one call a sample; alternating, three -- and the runner hands off
+    each.  Independent arithmetic: period = load + calls x overhead, latency = all nodes
+    + (calls + 1) x overhead."""
+    from onnxsplit.plan import Plan
+    from onnxsplit.workflow import STAGE_OVERHEAD_MS as h, predict, runner_calls
+
+    w = _chain_on_two_cores()
+    halves = Plan("throughput", "x", "feasible", 6.0, {i: f"cpu{i // 3}" for i in range(6)})
+    mixed = Plan("throughput", "x", "feasible", 6.0, {i: f"cpu{i % 2}" for i in range(6)})
+    assert runner_calls(w, halves) == {"cpu0": 1, "cpu1": 1}
+    assert runner_calls(w, mixed) == {"cpu0": 3, "cpu1": 3}
+    for plan, calls in ((halves, 1), (mixed, 3)):
+        got = predict(w, plan)
+        assert got["parts"] == 2 * calls
+        assert got["throughput_per_s"] == pytest.approx(1e3 / (6.0 + calls * h))
+        assert got["latency_ms"] == pytest.approx(12.0 + (2 * calls + 1) * h)
+
+
+def test_the_machine_weighs_a_contiguous_plan_beside_a_scattered_one(monkeypatch):
+    """Where the solver's best plan in the paper's model (free hand-offs between cores)
+    scatters the cores' nodes, the contiguous plan it also found wins once each call
+    is paid for."""
+    from onnxsplit import workflow
+    from onnxsplit.plan import Plan
+    from onnxsplit.workflow import Prepared, choose
+
+    w = _chain_on_two_cores(ms=0.2)
+    mixed = Plan("throughput", "lp_round", "feasible", 0.6, {i: f"cpu{i % 2}" for i in range(6)})
+    halves = Plan("throughput", "dp", "feasible", 0.6 + 1e-9, {i: f"cpu{i // 3}" for i in range(6)})
+    monkeypatch.setattr(workflow, "throughput_plans", lambda *a: [mixed, halves])
+    total = float(w.cpu_latency.sum())
+    rec = record(total, {1: total, 2: total}, {})  # the whole model: 1.2 ms however run
+    prep = Prepared(None, None, None, w, {}, {"cpu": rec}, {"cpu": total})
+    cand = choose(prep, w, "throughput", time_limit=5)
+    assert cand.plan.method == "dp"
+    weighed = {c["what"].split(",")[0]: c["throughput_per_s"] for c in cand.plan.details["candidates"]}
+    h = workflow.STAGE_OVERHEAD_MS
+    assert weighed["dp"] == pytest.approx(1e3 / (0.6 + h))
+    assert weighed["lp_round"] == pytest.approx(1e3 / (0.6 + 3 * h))

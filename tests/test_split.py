@@ -13,7 +13,7 @@ from onnx import helper
 from onnx_models import TINY_BERT, control_flow, make, mlp, save, vi
 from onnxsplit.cli import main
 from onnxsplit.runner import Parts, random_feeds
-from onnxsplit.workflow import STAGE_OVERHEAD_MS
+from onnxsplit.workflow import CALL_GIL_MS, STAGE_OVERHEAD_MS
 
 TINY_ARGS = ["--input-shape", "input_ids=1x32", "--input-shape", "attention_mask=1x32"]
 
@@ -61,7 +61,7 @@ def test_split_tiny_bert_reproduces_the_model(tmp_path, capsys):
         assert res["predicted"]["throughput_per_s"] == pytest.approx(max(whole))
         assert res["predicted"]["from"] == "calibration" and n == 1
     else:
-        period = max(plan["value"] + STAGE_OVERHEAD_MS, n * STAGE_OVERHEAD_MS)
+        period = max(plan["value"] + STAGE_OVERHEAD_MS, n * CALL_GIL_MS)
         assert res["predicted"]["throughput_per_s"] == pytest.approx(1e3 / period)
         assert res["predicted"]["throughput_per_s"] >= 1.1 * max(whole)
     assert len(plan["assignment"]) == len(onnx.load(str(TINY_BERT)).graph.node)
@@ -278,7 +278,7 @@ def test_auto_keeps_a_model_whole_when_hand_offs_cost_more_than_the_split_saves(
     chosen = _whole_if_split_does_not_pay(w, best)
     assert (len(set(chosen.assignment.values())) == 2) is split
     # the arithmetic behind it: 2 stages of 2*ms + overhead each, against 4*ms whole
-    two = 1e3 / max(2 * ms + STAGE_OVERHEAD_MS, 2 * STAGE_OVERHEAD_MS)
+    two = 1e3 / max(2 * ms + STAGE_OVERHEAD_MS, 2 * CALL_GIL_MS)
     assert predict(w, best)["throughput_per_s"] == pytest.approx(two)
     assert (two >= 1.1 * 1e3 / (4 * ms)) is split
 
@@ -297,7 +297,7 @@ def test_auto_keeps_a_model_whole_when_a_latency_split_does_not_pay(ms, split):
                                           [edge(i, i + 1, 0.0) for i in range(3)], k=1, l=1, mem=2))
     best = choose_plan(w, "latency")
     assert best.value == pytest.approx(3 * ms) and len(set(best.assignment.values())) == 2
-    assert predict(w, best, 2)["latency_ms"] == pytest.approx(3 * ms + 3 * STAGE_OVERHEAD_MS)
+    assert predict(w, best)["latency_ms"] == pytest.approx(3 * ms + 3 * STAGE_OVERHEAD_MS)
     chosen = _whole_if_split_does_not_pay(w, best)
     assert (len(set(chosen.assignment.values())) == 2) is split
     assert ((4 * ms + 2 * STAGE_OVERHEAD_MS) >= 1.1 * (3 * ms + 3 * STAGE_OVERHEAD_MS)) is split
