@@ -345,3 +345,44 @@ def test_the_machine_weighs_a_contiguous_plan_beside_a_scattered_one(monkeypatch
     h = workflow.STAGE_OVERHEAD_MS
     assert weighed["dp"] == pytest.approx(1e3 / (0.6 + h))
     assert weighed["lp_round"] == pytest.approx(1e3 / (0.6 + 3 * h))
+
+
+def test_copies_are_calibrated_in_the_same_rounds_as_the_default_session(monkeypatch):
+    """The choice between copies and the default session is made on one stretch of the
+    machine's time: the default session is measured again beside the copies, and its
+    figure is the median of all its rounds (a shared machine's slow minute once made the
+    default look 1.17x the copies, which then measured 1.28x it)."""
+    from onnxsplit import runner
+
+    calls = []
+    phases = {"default": [[100.0, 101.0, 102.0, 103.0, 104.0], [60.0, 61.0, 62.0, 63.0, 64.0]]}
+
+    def fake_rounds(loaded, feeds, samples, warmup, rounds):
+        calls.append(sorted(loaded))
+        out = {}
+        for name in loaded:
+            thr = phases["default"][len(calls) - 1] if name == "default" else [50.0] * 5
+            out[name] = {"throughput_per_s": float(np.median(thr)),
+                         "latency_ms": float(np.median([1e3 / x for x in thr])),
+                         "samples": 5, "rounds": 5,
+                         "by_round": {"throughput_per_s": thr, "latency_ms": [1e3 / x for x in thr]}}
+        return out
+
+    def fake_whole(model_path, ep=CPU, **how):
+        p = Parts.__new__(Parts)
+        p.run = lambda feeds: {}
+        return p
+
+    monkeypatch.setattr(runner, "measure_rounds", fake_rounds)
+    monkeypatch.setattr(Parts, "whole", staticmethod(fake_whole))
+    rec = cal.calibrate("m.onnx", {}, CPU, cores=2, model_bytes=1.0, host_memory=1e9)
+    assert calls == [["default", "t1", "t1_disabled", "t2"], ["1", "default"]]
+    both = phases["default"][0] + phases["default"][1]
+    assert rec["default"]["throughput_per_s"] == pytest.approx(float(np.median(both)))
+    assert rec["default"]["latency_ms"] == pytest.approx(float(np.median([1e3 / x for x in both])))
+    assert rec["default"]["rounds"] == 10
+    assert rec["replicas"]["1"]["copies"] == 2 and rec["replicas"]["1"]["throughput_per_s"] == 50.0
+    # where the default session does not fit beside the copies, the copies run alone
+    calls.clear()
+    rec = cal.calibrate("m.onnx", {}, CPU, cores=2, model_bytes=1.0, host_memory=5.0)
+    assert calls[-1] == ["1"] and rec["default"]["rounds"] == 5
