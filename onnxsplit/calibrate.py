@@ -22,6 +22,7 @@ from .profile.devices import CPU_EP
 
 TARGET_S = 3.0  # seconds each configuration is timed for, over ROUNDS rounds
 ROUNDS = 5  # a shared machine's noise comes in slow minutes: alternate, keep medians
+ROUND_S = 0.3  # each round of a configuration at least this long
 MIN_SAMPLES, MAX_SAMPLES = 5, 200
 MEMORY_SHARE = 0.5  # copies of the model may take this share of the host's memory
 
@@ -76,7 +77,8 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
                 p.run(feeds)
             once = max((time.perf_counter() - t) / len(loaded), 1e-6)
             samples = int(min(MAX_SAMPLES, max(MIN_SAMPLES, TARGET_S / once)))
-            out.update(measure_rounds(loaded, feeds, samples, warmup=1, rounds=ROUNDS))
+            out.update(measure_rounds(loaded, feeds, samples, warmup=1, rounds=ROUNDS,
+                                      min_round_s=ROUND_S))
         return out
 
     results: dict[str, dict[str, Any]] = {}

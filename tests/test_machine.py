@@ -357,7 +357,7 @@ def test_copies_are_calibrated_in_the_same_rounds_as_the_default_session(monkeyp
     calls = []
     phases = {"default": [[100.0, 101.0, 102.0, 103.0, 104.0], [60.0, 61.0, 62.0, 63.0, 64.0]]}
 
-    def fake_rounds(loaded, feeds, samples, warmup, rounds):
+    def fake_rounds(loaded, feeds, samples, warmup, rounds, min_round_s):
         calls.append(sorted(loaded))
         out = {}
         for name in loaded:
