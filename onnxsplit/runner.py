@@ -635,7 +635,10 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
             "samples": samples}
 
 
-ROUNDS = 5  # measurements alternate between the plan and the baselines, medians kept
+# measurements alternate between the plan and the baselines, medians kept: on this shared
+# 2-core machine one round of two copies moves by 5% either way, so the median of 5
+# rounds' ratios put identical copies 0.92-0.95x apart in two runs of T5's encoder
+ROUNDS = 9
 # A round of one session at least this long (more samples for a fast model): two copies
 # of light_shufflenet, identical, measured 0.93-1.18x apart over 0.3 s rounds and
 # 0.95-1.03x over 1 s ones on this shared 2-core machine.  The calibration, which weighs

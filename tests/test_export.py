@@ -24,7 +24,7 @@ from onnx_models import (TINY_BERT, TINY_BERT_SHAPES, control_flow, make, mlp, s
 from onnxsplit.errors import OnnxsplitError, SplitError
 from onnxsplit.export import ANNOTATED, INLINE_BYTES, MANIFEST, WEIGHTS, export, make_parts
 from onnxsplit.graph import OpGraph
-from onnxsplit.runner import (Parts, RunError, compare_outputs, random_feeds, read_manifest,
+from onnxsplit.runner import (ROUNDS, Parts, RunError, compare_outputs, random_feeds, read_manifest,
                               run_parts, single_device_ep, verify_tolerance)
 
 CPU = "CPUExecutionProvider"
@@ -905,7 +905,7 @@ def test_run_parts_measures_and_checks(late_parts):
         assert b["latency_ms"] > 0 and b["throughput_per_s"] > 0
         # each ratio: the median of the ratios within the rounds both were measured in
         ratio, mine, theirs = r["ratios"][name], r["measured"]["by_round"], b["by_round"]
-        assert len(mine["latency_ms"]) == len(theirs["latency_ms"]) == b["rounds"] == 5
+        assert len(mine["latency_ms"]) == len(theirs["latency_ms"]) == b["rounds"] == ROUNDS
         assert ratio["throughput"] == pytest.approx(np.median(
             np.array(mine["throughput_per_s"]) / np.array(theirs["throughput_per_s"])))
         assert ratio["latency"] == pytest.approx(np.median(

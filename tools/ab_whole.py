@@ -1,6 +1,6 @@
 """A parts folder against the original model's default session, A/B in many short rounds.
 
-`onnxsplit run` alternates its sessions in five rounds; on a noisy machine (a shared GPU
+`onnxsplit run` alternates its sessions in nine rounds; on a noisy machine (a shared GPU
 host, this 2-core box) one slow round moves a ratio by 10%.  This runs the two in many
 alternating rounds, each side first in every other round, and prints the median of the
 per-round ratios: whether a plan kept whole really runs exactly like onnxruntime's session.
