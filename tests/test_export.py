@@ -1027,3 +1027,18 @@ def test_a_replaced_folder_loses_only_what_onnxsplit_wrote(tmp_path):
     (old / MANIFEST).write_text("{}")
     _remove_made(old)
     assert not old.exists()
+
+
+@pytest.mark.parametrize("n", range(6, 14))
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_steady_rate_counts_whole_turns_of_the_workers(n, workers):
+    """Copies started together finish in bursts: ``workers`` finishes 1 ms apart every
+    50 ms.  Whatever the number of finishes timed, the rate is ``workers`` per 50 ms;
+    a window from the first to the last finish would count a burst's head without its
+    tail (off by up to a turn)."""
+    from onnxsplit.runner import steady_rate
+
+    period = 0.05
+    times = np.array([i // workers * period + (i % workers) * 0.001 for i in range(n)]) + 7.0
+    assert steady_rate(times, workers) == pytest.approx(workers / period)
+    assert steady_rate(times[:1], workers) == float("inf")
