@@ -130,14 +130,12 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
 
 def _pooled(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     """Two measurements of one configuration as one: medians over all their rounds."""
-    import numpy as np
+    from .runner import summarised
 
     if "by_round" not in a or "by_round" not in b:
         return dict(a)
-    by_round = {k: list(a["by_round"][k]) + list(b["by_round"][k]) for k in a["by_round"]}
-    return {**{k: float(np.median(v)) for k, v in by_round.items()},
-            "samples": a["samples"] + b["samples"], "rounds": a["rounds"] + b["rounds"],
-            "by_round": by_round}
+    return summarised({k: list(a["by_round"][k]) + list(b["by_round"][k]) for k in a["by_round"]},
+                      a["samples"] + b["samples"])
 
 
 def _rounded(got: Mapping[str, Any]) -> dict[str, Any]:

@@ -640,7 +640,8 @@ def steady_rate(finish_times, workers: int) -> float:
     gaps of 50, 3, 49, 4 ms ...), and a window holding one burst more than the other end
     is off by up to 1 / turns (T5's encoder, 17 against 18 samples a round: 35.5 against
     37.7/s for the same copies)."""
-    turns = (len(finish_times) - 1) // max(workers, 1) * max(workers, 1)
+    workers = max(workers, 1)
+    turns = (len(finish_times) - 1) // workers * workers
     steady = finish_times[:turns + 1] if turns > 0 else finish_times
     span = steady[-1] - steady[0] if len(steady) > 1 else 0.0
     return (len(steady) - 1) / span if span > 0 else float("inf")
@@ -759,11 +760,16 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
                 out[name] = {"error": str(e)}
     for name, runs in got.items():
         if runs and name not in out:
-            by_round = {k: [float(r[k]) for r in runs] for k in ("latency_ms", "throughput_per_s")}
-            out[name] = {k: float(np.median(v)) for k, v in by_round.items()}
-            out[name].update(samples=per_round[name] * len(runs), rounds=len(runs),
-                             by_round=by_round)
+            out[name] = summarised({k: [float(r[k]) for r in runs]
+                                    for k in ("latency_ms", "throughput_per_s")},
+                                   per_round[name] * len(runs))
     return out
+
+
+def summarised(by_round: Mapping[str, list[float]], samples: int) -> dict[str, Any]:
+    """A configuration's rounds as one figure: the median of each measure over the rounds."""
+    return {**{k: float(np.median(v)) for k, v in by_round.items()}, "samples": samples,
+            "rounds": len(next(iter(by_round.values()), [])), "by_round": dict(by_round)}
 
 
 def round_order(names: list[str], r: int) -> list[str]:

@@ -248,7 +248,7 @@ def choose_plan(workload, objective: str, method: str = "auto", time_limit: floa
     and all on one core without (every plan is then a serial run on some core).  With
     several accelerator classes, ``auto`` also plans for each class alone and keeps the
     best: a plan for all of them is never worse than one for any of them."""
-    kinds = [c for c, count in enumerate(workload.class_counts) if count]
+    kinds = _classes_present(workload)
     if method == "auto" and len(kinds) > 1:
         share = time_limit / (1 + len(kinds))
         plan = _one_plan(workload, objective, method, time_limit - share * len(kinds))
@@ -266,6 +266,11 @@ def choose_plan(workload, objective: str, method: str = "auto", time_limit: floa
         plan.details["each_class_alone"] = alone
         return plan
     return _one_plan(workload, objective, method, time_limit)
+
+
+def _classes_present(workload) -> list[int]:
+    """The accelerator classes (and the paper's accelerators, class 0) the workload has."""
+    return [c for c, count in enumerate(workload.class_counts) if count]
 
 
 def _alone(workload, c: int):
@@ -333,7 +338,7 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
         share = time_limit / max(len(splits), 1)
         # throughput: each plan the solver weighs, predicted with the calls it makes
         plans = throughput_plans(w, share) if method == "auto" and objective == "throughput" \
-            and sum(1 for c in w.class_counts if c) <= 1 else [choose_plan(w, objective, method, share)]
+            and len(_classes_present(w)) <= 1 else [choose_plan(w, objective, method, share)]
         for plan in plans:
             if plan.value is None or (len(set(plan.assignment.values())) < 2 and wholes):
                 continue
@@ -428,12 +433,13 @@ def predict(workload, plan: Plan) -> dict[str, Any]:
     over many calls pays for each -- and one sample every max over devices of that, or
     every (all calls x CALL_GIL_MS): the calls' Python work holds the GIL.  Single-stream
     latency: each device runs its calls serially, plus a hand-off per call and one out."""
-    calls = runner_calls(workload, plan)
+    pieces = runner_pieces(workload, plan)
+    calls = runner_calls(plan, pieces)
     total = sum(calls.values())
     loads = evaluate.max_load(workload, plan.assignment).loads
     busiest = max(loads[d] + calls.get(d, 0) * STAGE_OVERHEAD_MS for d in loads)
-    pieces = runner_pieces(workload, plan) if plan.pieces else None
-    lat = evaluate.latency(workload, plan.assignment, pieces, serial_cpus=True).value
+    lat = evaluate.latency(workload, plan.assignment, pieces if plan.pieces else None,
+                           serial_cpus=True).value
     period = max(busiest, total * CALL_GIL_MS)
     return {"latency_ms": lat + (total + 1) * STAGE_OVERHEAD_MS,
             "throughput_per_s": 1e3 / period, "max_load_ms": max(loads.values(), default=0.0),
@@ -672,10 +678,11 @@ def runner_pieces(workload, plan: Plan) -> dict[int, int]:
     return {int(workload.ids[v]): int(piece[v]) for v in range(workload.n)}
 
 
-def runner_calls(workload, plan: Plan) -> dict[str, int]:
-    """Device -> how many calls (parts) it makes per sample as the runner executes the plan."""
+def runner_calls(plan: Plan, pieces: Mapping[int, int]) -> dict[str, int]:
+    """Device -> how many calls (parts) it makes per sample, from the plan's
+    :func:`runner_pieces`."""
     calls: dict[str, set[int]] = {}
-    for i, p in runner_pieces(workload, plan).items():
+    for i, p in pieces.items():
         calls.setdefault(plan.assignment[i], set()).add(p)
     return {d: len(p) for d, p in calls.items()}
 

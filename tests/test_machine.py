@@ -310,13 +310,13 @@ def test_a_plan_scattering_a_cores_nodes_pays_a_hand_off_per_call():
     each.  Independent arithmetic: period = load + calls x overhead, latency = all nodes
     + (calls + 1) x overhead."""
     from onnxsplit.plan import Plan
-    from onnxsplit.workflow import STAGE_OVERHEAD_MS as h, predict, runner_calls
+    from onnxsplit.workflow import STAGE_OVERHEAD_MS as h, predict, runner_calls, runner_pieces
 
     w = _chain_on_two_cores()
     halves = Plan("throughput", "x", "feasible", 6.0, {i: f"cpu{i // 3}" for i in range(6)})
     mixed = Plan("throughput", "x", "feasible", 6.0, {i: f"cpu{i % 2}" for i in range(6)})
-    assert runner_calls(w, halves) == {"cpu0": 1, "cpu1": 1}
-    assert runner_calls(w, mixed) == {"cpu0": 3, "cpu1": 3}
+    assert runner_calls(halves, runner_pieces(w, halves)) == {"cpu0": 1, "cpu1": 1}
+    assert runner_calls(mixed, runner_pieces(w, mixed)) == {"cpu0": 3, "cpu1": 3}
     for plan, calls in ((halves, 1), (mixed, 3)):
         got = predict(w, plan)
         assert got["parts"] == 2 * calls
