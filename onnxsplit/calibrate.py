@@ -7,7 +7,9 @@ whole model at each thread count a CPU device may get, and unoptimised on one th
 ``default`` (onnxruntime's default session: the baseline every plan must beat) and
 ``replicas`` (copies side by side: how much they slow each other down).  All run through
 the runner's own pipeline (:class:`runner.Parts`), so a plan that keeps the model whole
-is predicted by exactly what it will run.
+is predicted by exactly what it will run.  The CPU's record also holds ``runner``: what
+the runner itself adds per part call on this machine (:func:`runner_costs`), which a
+split's prediction charges for every call it makes.
 
 Write-up: docs/machine.md (Calibration).
 """
@@ -25,6 +27,9 @@ ROUNDS = 5  # a shared machine's noise comes in slow minutes: alternate, keep me
 ROUND_S = 0.3  # each round of a configuration at least this long
 MIN_SAMPLES, MAX_SAMPLES = 5, 200
 MEMORY_SHARE = 0.5  # copies of the model may take this share of the host's memory
+CHAIN_CALLS = 16  # the runner's costs are measured on a chain of this many tiny parts
+GIL_DEVICES = 4  # ... spread over this many devices for the calls' shared (GIL) share
+COST_ROUNDS, COST_SAMPLES = 3, 120  # about 1 s in all
 
 
 def thread_counts(cores: int) -> list[int]:
@@ -125,7 +130,75 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
         for t, how in copies_runs.items():
             record["replicas"][t] = dict(_rounded(got[t]), copies=how["replicas"],
                                          optimization=how["optimization"])
+    record["runner"] = runner_costs()
     return record
+
+
+def runner_costs() -> dict[str, Any]:
+    """What the runner adds per part call, measured on a chain of CHAIN_CALLS parts that
+    compute next to nothing (an Add on 64 floats), so that all their time is the runner's:
+
+    * ``handoff_ms``: one sample alone, parts alternating between two devices: the
+      chain's latency over its calls and the hand-off out -- a sample waits this long at
+      every call (thread wake-up, queues, the session call's own cost);
+    * ``call_ms``: the same chain streamed: each device's period over its calls -- what a
+      device spends per call when samples queue;
+    * ``gil_ms``: the chain streamed over GIL_DEVICES devices: the period over all calls --
+      the calls' Python work shares one interpreter lock, which caps a pipeline of many
+      parts at one sample per (all calls x this), however many cores it has."""
+    import tempfile
+
+    import numpy as np
+
+    from .runner import measure_pipeline, round_order
+
+    feeds = {"x0": np.zeros((1, 64), dtype=np.float32)}
+    with tempfile.TemporaryDirectory(prefix="onnxsplit-calls-") as tmp:
+        files = [_tiny_part(Path(tmp), i) for i in range(CHAIN_CALLS)]
+        chains = {d: _chain(files, d) for d in (2, GIL_DEVICES)}
+    got: dict[int, list[dict[str, float]]] = {d: [] for d in chains}
+    for r in range(COST_ROUNDS):
+        for d in round_order(list(chains), r):
+            got[d].append(measure_pipeline(chains[d], feeds, COST_SAMPLES, warmup=10))
+
+    def median(d: int, key: str) -> float:
+        return float(np.median([g[key] for g in got[d]]))
+
+    n = CHAIN_CALLS
+    return {"handoff_ms": round(median(2, "latency_ms") / (n + 1), 6),
+            "call_ms": round(1e3 / median(2, "throughput_per_s") / (n / 2), 6),
+            "gil_ms": round(1e3 / median(GIL_DEVICES, "throughput_per_s") / n, 6),
+            "calls": n, "devices": [2, GIL_DEVICES]}
+
+
+def _tiny_part(folder: Path, i: int) -> Path:
+    """Part ``i`` of the cost chain: x{i+1} = x{i} + 1 on 64 floats."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x, y = f"x{i}", f"x{i + 1}"
+    graph = helper.make_graph(
+        [helper.make_node("Add", [x, "one"], [y])], f"call{i}",
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])])
+    path = folder / f"call{i}.onnx"
+    onnx.save(helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)]),
+              path)
+    return path
+
+
+def _chain(files: list[Path], devices: int):
+    """The tiny parts as one pipeline, part i on device i mod ``devices``, one thread each."""
+    from .runner import Parts
+
+    specs = [{"name": f"call{i}", "file": str(f), "device": f"d{i % devices}",
+              "execution_provider": CPU_EP, "threads": 1, "optimization": "all", "replicas": 1,
+              "config": {}, "inputs": [{"name": f"x{i}"}], "outputs": [{"name": f"x{i + 1}"}]}
+             for i, f in enumerate(files)]
+    io = {"inputs": [{"name": "x0", "dtype": "tensor(float)", "shape": [1, 64]}],
+          "outputs": [{"name": f"x{len(files)}"}]}
+    return Parts.of_specs(specs, io)
 
 
 def _pooled(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:

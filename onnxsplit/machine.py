@@ -25,6 +25,31 @@ from .solve import evaluate
 SESSION_CALL_MS = 0.05  # one onnxruntime session call's own cost (bind, hand back outputs)
 
 
+@dataclass(frozen=True)
+class CallCosts:
+    """What the runner adds per part call (calibrate.runner_costs): a sample's wait at
+    each call (``handoff_ms``), a device's time per call when samples queue
+    (``call_ms``), and the share all calls take of one interpreter lock (``gil_ms``).
+    The defaults, for a profile without the runner's calibration, were measured on a
+    2-core machine: tiny BERT's two 0.096 ms stages stream at 0.21-0.28 ms a sample and
+    take 0.37-0.46 ms alone (tools/bench_pipeline.py); models/small_bert scattered over 68
+    parts on two cores streamed at 2.8 ms a sample."""
+
+    handoff_ms: float = 0.1
+    call_ms: float = 0.1
+    gil_ms: float = 0.04
+    measured: bool = False
+
+    @classmethod
+    def of(cls, cpu_rec: Mapping[str, Any] | None) -> "CallCosts":
+        """The CPU calibration's runner costs, else the defaults."""
+        got = (cpu_rec or {}).get("runner") or {}
+        keys = ("handoff_ms", "call_ms", "gil_ms")
+        if not all(isinstance(got.get(k), (int, float)) and got[k] > 0 for k in keys):
+            return cls()
+        return cls(*(float(got[k]) for k in keys), measured=True)
+
+
 @dataclass
 class Candidate:
     """A plan with the workload it was scored on, how it runs, and what it promises."""

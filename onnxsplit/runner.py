@@ -233,15 +233,22 @@ class Parts:
               config: Mapping[str, str] | None = None) -> "Parts":
         """The original model as one part: ``replicas`` sessions on ``ep``, each with
         ``threads`` intra-op threads -- onnxruntime's own session as a user runs it."""
-        self = cls.__new__(cls)
-        self.dir = Path(model_path).parent
-        self.assignment = None
         spec = {"name": "whole", "file": str(Path(model_path).resolve()), "device": "whole",
                 "execution_provider": ep, "threads": threads, "optimization": optimization,
                 "replicas": replicas, "config": dict(config or {}), "inputs": None,
                 "outputs": None}
-        self.manifest = {"parts": [spec], "model": None}
-        self._load([spec], True, threads, False)
+        return cls.of_specs([spec])
+
+    @classmethod
+    def of_specs(cls, specs: list[dict[str, Any]], model: Mapping[str, Any] | None = None
+                 ) -> "Parts":
+        """Parts from manifest entries whose ``file`` is an absolute path (``model``: the
+        manifest's inputs and outputs of the whole, else the first part's)."""
+        self = cls.__new__(cls)
+        self.dir = Path(specs[0]["file"]).parent
+        self.assignment = None
+        self.manifest = {"parts": list(specs), "model": model}
+        self._load(self.manifest["parts"], True, specs[0].get("threads"), False)
         return self
 
     def _load(self, specs, optimize: bool, cpu_threads: int | None, fallback_cpu: bool) -> None:

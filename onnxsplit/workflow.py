@@ -41,14 +41,10 @@ from .solve.throughput import dp
 
 AUTO_IDEAL_LIMIT = 50_000  # above this many ideals the exact DP gives way to the linearized one
 ROUND_GAP = 0.01  # a DP plan proven this close needs no rounded LP beside it
-# What the runner adds per part and sample: a hand-off between threads and the Python work
-# around a session call.  Measured here: tiny BERT's two 0.096 ms stages stream at
-# 0.21-0.28 ms per sample and take 0.37-0.46 ms single-stream (tools/bench_pipeline.py).
-STAGE_OVERHEAD_MS = 0.1
-# The share of it that holds the GIL, which caps the pipeline at one sample per (all parts
-# x this): models/small_bert scattered over 68 parts on two cores streamed at 2.8 ms a
-# sample (`onnxsplit models/small_bert.onnx --method ip`, then `onnxsplit run`).
-CALL_GIL_MS = 0.04
+# What the runner adds per part call, where the profile has no calibration of it (which
+# measures it: machine.CallCosts)
+STAGE_OVERHEAD_MS = machine.CallCosts.call_ms
+CALL_GIL_MS = machine.CallCosts.gil_ms
 MIN_SPLIT_GAIN = 1.1  # auto keeps the model whole unless splitting promises this much more
 # one session of the whole model configured otherwise (explicit threads, another
 # optimisation level) must promise this much more than onnxruntime's default session,
@@ -139,6 +135,13 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool):
             with isolated.Child() as child:
                 record = child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds,
                                     entry.execution_provider, model_bytes=model_bytes)
+            store = store or ProfileFile.load(cache)
+            store.put(replace(entry, as_run=record))
+        elif kind == "cpu" and record and "runner" not in record \
+                and entry.execution_provider in present:
+            # a calibration from before the runner's own costs were measured: add them
+            with isolated.Child() as child:
+                record["runner"] = child.call("onnxsplit.calibrate:runner_costs")
             store = store or ProfileFile.load(cache)
             store.put(replace(entry, as_run=record))
         if record:
@@ -330,6 +333,7 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
         ex = {"cpu_threads": 1, "optimization": None, "replicas": 1, "run_as": "pipeline"}
         return machine.Candidate(plan, workload, ex, {})
     acc_rec = prep.as_run.get("acc")
+    costs = machine.CallCosts.of(cpu_rec)
     wholes = [] if pinned or method != "auto" else \
         machine.whole_candidates(workload, objective, cpu_rec, acc_rec)
     splits = machine.split_workloads(workload, objective, cpu_rec, acc_rec, prep.unoptimised_ms)
@@ -345,7 +349,7 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
             cand = machine.Candidate(plan, w, dict(ex))
             session = objective == "latency" and _session_ready(prep, plan)
             cand.execution["run_as"] = "session" if session else "pipeline"
-            cand.predicted = _predicted(cand)
+            cand.predicted = _predicted(cand, costs)
             found.append(cand)
     weighed_wholes = list(wholes)
     defaults = [c for c in wholes if c.execution.get("baseline")]
@@ -387,10 +391,10 @@ def _session_ready(prep: Prepared, plan: Plan) -> bool:
     return session_ready(providers, set(plan.assignment.values()))
 
 
-def _predicted(cand) -> dict[str, Any]:
+def _predicted(cand, costs: "machine.CallCosts") -> dict[str, Any]:
     """What a split candidate promises in the runner's terms."""
     w, plan = cand.workload, cand.plan
-    pred = predict(w, plan)
+    pred = predict(w, plan, costs)
     if cand.execution.get("run_as") == "session":
         lat = machine.serial_latency(w, plan.assignment)
         pred.update(latency_ms=lat, throughput_per_s=1e3 / lat, parts=1)
@@ -427,23 +431,26 @@ def _whole_if_split_does_not_pay(workload, plan: Plan) -> Plan:
     return whole
 
 
-def predict(workload, plan: Plan) -> dict[str, Any]:
-    """What the plan promises, in the runner's terms: each device's load plus a hand-off
-    (STAGE_OVERHEAD_MS) per call it makes a sample -- a plan that scatters a core's nodes
-    over many calls pays for each -- and one sample every max over devices of that, or
-    every (all calls x CALL_GIL_MS): the calls' Python work holds the GIL.  Single-stream
-    latency: each device runs its calls serially, plus a hand-off per call and one out."""
+def predict(workload, plan: Plan, costs: "machine.CallCosts | None" = None) -> dict[str, Any]:
+    """What the plan promises, in the runner's terms (``costs``: the calibration's, else
+    the defaults): each device's load plus ``call_ms`` per call it makes a sample -- a
+    plan that scatters a core's nodes over many calls pays for each -- and one sample
+    every max over devices of that, or every (all calls x ``gil_ms``): the calls' Python
+    work holds the GIL.  Single-stream latency: each device runs its calls serially, and
+    the sample waits ``handoff_ms`` at each call and once more on its way out."""
+    costs = costs or machine.CallCosts()
     pieces = runner_pieces(workload, plan)
     calls = runner_calls(plan, pieces)
     total = sum(calls.values())
     loads = evaluate.max_load(workload, plan.assignment).loads
-    busiest = max(loads[d] + calls.get(d, 0) * STAGE_OVERHEAD_MS for d in loads)
+    busiest = max(loads[d] + calls.get(d, 0) * costs.call_ms for d in loads)
     lat = evaluate.latency(workload, plan.assignment, pieces if plan.pieces else None,
                            serial_cpus=True).value
-    period = max(busiest, total * CALL_GIL_MS)
-    return {"latency_ms": lat + (total + 1) * STAGE_OVERHEAD_MS,
+    period = max(busiest, total * costs.gil_ms)
+    return {"latency_ms": lat + (total + 1) * costs.handoff_ms,
             "throughput_per_s": 1e3 / period, "max_load_ms": max(loads.values(), default=0.0),
-            "parts": total, "stage_overhead_ms": STAGE_OVERHEAD_MS,
+            "parts": total, "call_costs": {"handoff_ms": costs.handoff_ms, "call_ms": costs.call_ms,
+                                          "gil_ms": costs.gil_ms, "measured": costs.measured},
             "single_device": best_single_device(workload)}
 
 

@@ -345,6 +345,69 @@ def test_the_machine_weighs_a_contiguous_plan_beside_a_scattered_one(monkeypatch
     h = workflow.STAGE_OVERHEAD_MS
     assert weighed["dp"] == pytest.approx(1e3 / (0.6 + h))
     assert weighed["lp_round"] == pytest.approx(1e3 / (0.6 + 3 * h))
+    # with the runner's costs calibrated, those are charged: calls this cheap make the
+    # scattered plan's six calls a sample bind the shared lock (6 x 0.12 ms > 0.6 + 3 x 0.01)
+    rec["runner"] = {"handoff_ms": 0.02, "call_ms": 0.01, "gil_ms": 0.12}
+    cand = choose(prep, w, "throughput", time_limit=5)
+    weighed = {c["what"].split(",")[0]: c["throughput_per_s"] for c in cand.plan.details["candidates"]}
+    assert weighed["dp"] == pytest.approx(1e3 / (0.6 + 0.01))
+    assert weighed["lp_round"] == pytest.approx(1e3 / (6 * 0.12))
+    assert cand.predicted["call_costs"]["measured"] is True
+
+
+def test_call_costs_come_from_a_whole_runner_calibration_or_not_at_all():
+    """A record without the runner's costs, or with one missing or not positive, predicts
+    with the defaults throughout (never a calibrated figure beside a default one)."""
+    default = machine.CallCosts()
+    assert machine.CallCosts.of(None) == default
+    assert machine.CallCosts.of({"runner": {"handoff_ms": 0.2, "call_ms": 0.3}}) == default
+    assert machine.CallCosts.of({"runner": {"handoff_ms": 0.2, "call_ms": 0.3, "gil_ms": 0.0}}) == default
+    assert machine.CallCosts.of({"runner": {"handoff_ms": 0.2, "call_ms": float("nan"),
+                                            "gil_ms": 0.1}}) == default
+    got = machine.CallCosts.of({"runner": {"handoff_ms": 0.2, "call_ms": 0.3, "gil_ms": 0.05}})
+    assert (got.handoff_ms, got.call_ms, got.gil_ms, got.measured) == (0.2, 0.3, 0.05, True)
+
+
+def test_a_plans_prediction_charges_each_call_what_was_calibrated():
+    """Independent arithmetic on the chain of 6 over two cores: the period is a core's
+    load plus its calls x call_ms, or all calls x gil_ms where that is more; the latency
+    all nodes plus (calls + 1) x handoff_ms."""
+    from onnxsplit.plan import Plan
+    from onnxsplit.workflow import predict
+
+    w = _chain_on_two_cores()
+    mixed = Plan("throughput", "x", "feasible", 6.0, {i: f"cpu{i % 2}" for i in range(6)})
+    got = predict(w, mixed, machine.CallCosts(0.3, 0.5, 0.01))
+    assert got["throughput_per_s"] == pytest.approx(1e3 / (6.0 + 3 * 0.5))
+    assert got["latency_ms"] == pytest.approx(12.0 + 7 * 0.3)
+    got = predict(w, mixed, machine.CallCosts(0.3, 0.5, 1.5))
+    assert got["throughput_per_s"] == pytest.approx(1e3 / (6 * 1.5))
+
+
+def test_the_runner_costs_are_measured_on_a_chain_that_computes_next_to_nothing(monkeypatch):
+    """The chain runs (each part adds one: 16 parts give 16), part i on device i mod d;
+    each figure is the runner's measurement over the calls it made."""
+    from onnxsplit import runner
+
+    seen = {}
+    real = runner.measure_pipeline
+
+    def fake(parts, feeds, samples, warmup):
+        devices = len(parts.devices)
+        if devices not in seen:
+            seen[devices] = real(parts, feeds, 3, 1)
+            assert parts.run(feeds)["x16"] == pytest.approx(np.full((1, 64), 16.0))
+            assert [p["device"] for p in parts.parts] == [f"d{i % devices}" for i in range(16)]
+        return {2: {"latency_ms": 1.7, "throughput_per_s": 1e3 / 1.6},
+                4: {"latency_ms": 9.0, "throughput_per_s": 1e3 / 0.8}}[devices]
+
+    monkeypatch.setattr(runner, "measure_pipeline", fake)
+    got = cal.runner_costs()
+    assert sorted(seen) == [2, cal.GIL_DEVICES] == [2, 4]
+    assert all(np.isfinite(m["latency_ms"]) and m["latency_ms"] > 0 for m in seen.values())
+    assert got["handoff_ms"] == pytest.approx(1.7 / 17)
+    assert got["call_ms"] == pytest.approx(1.6 / 8)
+    assert got["gil_ms"] == pytest.approx(0.8 / 16)
 
 
 def test_copies_are_calibrated_in_the_same_rounds_as_the_default_session(monkeypatch):
@@ -375,6 +438,7 @@ def test_copies_are_calibrated_in_the_same_rounds_as_the_default_session(monkeyp
 
     monkeypatch.setattr(runner, "measure_rounds", fake_rounds)
     monkeypatch.setattr(Parts, "whole", staticmethod(fake_whole))
+    monkeypatch.setattr(cal, "runner_costs", lambda: {"handoff_ms": 0.05})
     rec = cal.calibrate("m.onnx", {}, CPU, cores=2, model_bytes=1.0, host_memory=1e9)
     assert calls == [["default", "t1", "t1_disabled", "t2"], ["1", "default"]]
     both = phases["default"][0] + phases["default"][1]
@@ -382,6 +446,7 @@ def test_copies_are_calibrated_in_the_same_rounds_as_the_default_session(monkeyp
     assert rec["default"]["latency_ms"] == pytest.approx(float(np.median([1e3 / x for x in both])))
     assert rec["default"]["rounds"] == 10
     assert rec["replicas"]["1"]["copies"] == 2 and rec["replicas"]["1"]["throughput_per_s"] == 50.0
+    assert rec["runner"] == {"handoff_ms": 0.05}
     # where the default session does not fit beside the copies, the copies run alone
     calls.clear()
     rec = cal.calibrate("m.onnx", {}, CPU, cores=2, model_bytes=1.0, host_memory=5.0)
