@@ -27,9 +27,10 @@ ROUNDS = 5  # a shared machine's noise comes in slow minutes: alternate, keep me
 ROUND_S = 0.3  # each round of a configuration at least this long
 MIN_SAMPLES, MAX_SAMPLES = 5, 200
 MEMORY_SHARE = 0.5  # copies of the model may take this share of the host's memory
-CHAIN_CALLS = 16  # the runner's costs are measured on a chain of this many tiny parts
-GIL_DEVICES = 4  # ... spread over this many devices for the calls' shared (GIL) share
-COST_ROUNDS, COST_SAMPLES = 3, 120  # about 1 s in all
+CHAIN_CALLS = 16  # the runner's costs are measured on chains of this many parts
+CHAIN_WIDTH, WORK_ROWS = 256, 64  # a part that works: a 64x256 by 256x256 MatMul
+GIL_DEVICES = 4  # tiny parts spread over this many devices for the calls' GIL share
+COST_ROUNDS, COST_SAMPLES = 3, 100
 
 
 def thread_counts(cores: int) -> list[int]:
@@ -135,68 +136,81 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
 
 
 def runner_costs() -> dict[str, Any]:
-    """What the runner adds per part call, measured on a chain of CHAIN_CALLS parts that
-    compute next to nothing (an Add on 64 floats), so that all their time is the runner's:
+    """What the runner adds per part call beyond the part's own time, on two chains of
+    CHAIN_CALLS parts:
 
-    * ``handoff_ms``: one sample alone, parts alternating between two devices: the
-      chain's latency over its calls and the hand-off out -- a sample waits this long at
-      every call (thread wake-up, queues, the session call's own cost);
-    * ``call_ms``: the same chain streamed: each device's period over its calls -- what a
-      device spends per call when samples queue;
-    * ``gil_ms``: the chain streamed over GIL_DEVICES devices: the period over all calls --
-      the calls' Python work shares one interpreter lock, which caps a pipeline of many
-      parts at one sample per (all calls x this), however many cores it has."""
+    * ``handoff_ms``: a chain of small MatMuls (about 0.1 ms each), alternating between
+      two devices, one sample alone: its latency less its parts' own times (each timed
+      alone, :func:`runner.time_calls`), over its calls and the hand-off out -- a sample
+      waits this long at every call (thread wake-up, queues);
+    * ``call_ms``: the same chain streamed: a device's period less its parts' own
+      times, over its calls -- what a device spends per call when samples queue;
+    * ``session_ms``: a part that computes next to nothing (an Add on 64 floats), timed
+      alone: a session call's own cost, which a node's profiled time lacks;
+    * ``gil_ms``: a chain of those streamed over GIL_DEVICES devices: its period over
+      its calls -- the calls' Python work shares one interpreter lock, which caps a
+      pipeline of many parts at one sample per (all calls x this), however many cores."""
     import tempfile
 
     import numpy as np
 
-    from .runner import measure_pipeline, round_order
-
-    feeds = {"x0": np.zeros((1, 64), dtype=np.float32)}
-    with tempfile.TemporaryDirectory(prefix="onnxsplit-calls-") as tmp:
-        files = [_tiny_part(Path(tmp), i) for i in range(CHAIN_CALLS)]
-        chains = {d: _chain(files, d) for d in (2, GIL_DEVICES)}
-    got: dict[int, list[dict[str, float]]] = {d: [] for d in chains}
-    for r in range(COST_ROUNDS):
-        for d in round_order(list(chains), r):
-            got[d].append(measure_pipeline(chains[d], feeds, COST_SAMPLES, warmup=10))
-
-    def median(d: int, key: str) -> float:
-        return float(np.median([g[key] for g in got[d]]))
+    from .runner import measure_pipeline, round_order, time_calls
 
     n = CHAIN_CALLS
-    return {"handoff_ms": round(median(2, "latency_ms") / (n + 1), 6),
-            "call_ms": round(1e3 / median(2, "throughput_per_s") / (n / 2), 6),
-            "gil_ms": round(1e3 / median(GIL_DEVICES, "throughput_per_s") / n, 6),
-            "calls": n, "devices": [2, GIL_DEVICES]}
+    with tempfile.TemporaryDirectory(prefix="onnxsplit-calls-") as tmp:
+        work = _chain([_chain_part(Path(tmp), i, WORK_ROWS) for i in range(n)], 2)
+        tiny = _chain([_chain_part(Path(tmp), i, 1) for i in range(n)], GIL_DEVICES)
+    feeds = {"work": {"x0": np.ones((WORK_ROWS, CHAIN_WIDTH), dtype=np.float32)},
+             "tiny": {"x0": np.ones((1, CHAIN_WIDTH), dtype=np.float32)}}
+    chains = {"work": work, "tiny": tiny}
+    got: dict[str, list[dict[str, float]]] = {k: [] for k in chains}
+    alone: list[list[float]] = []
+    for r in range(COST_ROUNDS):
+        alone.append(time_calls(work, feeds["work"], budget_s=0.05))
+        for k in round_order(list(chains), r):
+            got[k].append(measure_pipeline(chains[k], feeds[k], COST_SAMPLES, warmup=5))
+    own = np.median(np.array(alone), axis=0)  # each work part's own time
+    busiest = max(float(own[d::2].sum()) for d in range(2))
+
+    def median(k: str, key: str) -> float:
+        return float(np.median([g[key] for g in got[k]]))
+
+    session = float(np.median(time_calls(tiny, feeds["tiny"], budget_s=0.05)))
+    return {"handoff_ms": round(max(median("work", "latency_ms") - float(own.sum()), 0.0) / (n + 1), 6),
+            "call_ms": round(max(1e3 / median("work", "throughput_per_s") - busiest, 0.0) / (n / 2), 6),
+            "session_ms": round(session, 6),
+            "gil_ms": round(1e3 / median("tiny", "throughput_per_s") / n, 6),
+            "part_ms": round(float(own.mean()), 6), "calls": n, "devices": [2, GIL_DEVICES]}
 
 
-def _tiny_part(folder: Path, i: int) -> Path:
-    """Part ``i`` of the cost chain: x{i+1} = x{i} + 1 on 64 floats."""
+def _chain_part(folder: Path, i: int, rows: int) -> Path:
+    """Part ``i`` of a cost chain: x{i+1} = x{i} @ I on ``rows`` x CHAIN_WIDTH floats."""
+    import numpy as np
     import onnx
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     x, y = f"x{i}", f"x{i + 1}"
+    shape = [rows, CHAIN_WIDTH]
     graph = helper.make_graph(
-        [helper.make_node("Add", [x, "one"], [y])], f"call{i}",
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 64])],
-        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 64])],
-        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])])
-    path = folder / f"call{i}.onnx"
+        [helper.make_node("MatMul", [x, "w"], [y])], f"call{i}",
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(np.eye(CHAIN_WIDTH, dtype=np.float32), "w")])
+    path = folder / f"call{i}_{rows}.onnx"
     onnx.save(helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)]),
               path)
     return path
 
 
 def _chain(files: list[Path], devices: int):
-    """The tiny parts as one pipeline, part i on device i mod ``devices``, one thread each."""
+    """Parts as one pipeline, part i on device i mod ``devices``, one thread each."""
     from .runner import Parts
 
     specs = [{"name": f"call{i}", "file": str(f), "device": f"d{i % devices}",
               "execution_provider": CPU_EP, "threads": 1, "optimization": "all", "replicas": 1,
               "config": {}, "inputs": [{"name": f"x{i}"}], "outputs": [{"name": f"x{i + 1}"}]}
              for i, f in enumerate(files)]
-    io = {"inputs": [{"name": "x0", "dtype": "tensor(float)", "shape": [1, 64]}],
+    io = {"inputs": [{"name": "x0", "dtype": "tensor(float)", "shape": None}],
           "outputs": [{"name": f"x{len(files)}"}]}
     return Parts.of_specs(specs, io)
 

@@ -387,11 +387,12 @@ def _print_split(result: dict, as_json: bool) -> int:
         print(f"  {row['device']:<8} {row['nodes']:>6} {row['load_ms']:>10.3f}  {' '.join(row['parts'])}")
     single = pred["single_device"]
     tput = pred["throughput_per_s"]
+    source = {"parts": " (its parts timed as written)", "calibration": " (as calibrated)"}
     print(f"predicted: {tput:.1f} samples/s pipelined ({1e3 / tput:.2f} ms per sample), "
-          f"latency {pred['latency_ms']:.2f} ms")
+          f"latency {pred['latency_ms']:.2f} ms{source.get(pred.get('from'), '')}")
     weighed = plan["details"].get("candidates") or []
     if weighed:
-        print("weighed (predicted, best first):")
+        print("weighed (predicted before any was written, best first):")
         for c in weighed[:6]:
             print(f"  {c['throughput_per_s']:>10.1f}/s {c['latency_ms']:>9.2f} ms  {c['what'].split(';')[0]}")
     elif single.get("throughput_per_s") and len(result["parts"]) > 1:

@@ -27,27 +27,35 @@ SESSION_CALL_MS = 0.05  # one onnxruntime session call's own cost (bind, hand ba
 
 @dataclass(frozen=True)
 class CallCosts:
-    """What the runner adds per part call (calibrate.runner_costs): a sample's wait at
-    each call (``handoff_ms``), a device's time per call when samples queue
-    (``call_ms``), and the share all calls take of one interpreter lock (``gil_ms``).
-    The defaults, for a profile without the runner's calibration, were measured on a
-    2-core machine: tiny BERT's two 0.096 ms stages stream at 0.21-0.28 ms a sample and
-    take 0.37-0.46 ms alone (tools/bench_pipeline.py); models/small_bert scattered over 68
-    parts on two cores streamed at 2.8 ms a sample."""
+    """What the runner adds per part call beyond the part's own time
+    (calibrate.runner_costs): a sample's wait at each call (``handoff_ms``), a device's
+    time per call when samples queue (``call_ms``), the share all calls take of one
+    interpreter lock (``gil_ms``), and a session call's own cost (``session_ms``), which
+    a part's measured time holds and its nodes' profiled times lack.  The defaults, for
+    a profile without the runner's calibration, were measured on a 2-core machine:
+    tiny BERT's two 0.096 ms stages stream at 0.21-0.28 ms a sample and take 0.37-0.46
+    ms alone (tools/bench_pipeline.py); models/small_bert scattered over 68 parts on two
+    cores streamed at 2.8 ms a sample."""
 
     handoff_ms: float = 0.1
     call_ms: float = 0.1
     gil_ms: float = 0.04
+    session_ms: float = 0.0
     measured: bool = False
+
+    KEYS = ("handoff_ms", "call_ms", "gil_ms", "session_ms")
 
     @classmethod
     def of(cls, cpu_rec: Mapping[str, Any] | None) -> "CallCosts":
         """The CPU calibration's runner costs, else the defaults."""
         got = (cpu_rec or {}).get("runner") or {}
-        keys = ("handoff_ms", "call_ms", "gil_ms")
-        if not all(isinstance(got.get(k), (int, float)) and got[k] > 0 for k in keys):
+        if not all(isinstance(got.get(k), (int, float)) and got[k] >= 0 for k in cls.KEYS) \
+                or not got["gil_ms"] > 0:
             return cls()
-        return cls(*(float(got[k]) for k in keys), measured=True)
+        return cls(*(float(got[k]) for k in cls.KEYS), measured=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**{k: getattr(self, k) for k in self.KEYS}, "measured": self.measured}
 
 
 @dataclass
@@ -58,6 +66,9 @@ class Candidate:
     workload: Any
     execution: dict[str, Any]  # cpu_threads, optimization, replicas, run_as
     predicted: dict[str, Any] = field(default_factory=dict)
+    # a split's best rival kept whole: written instead where the split's parts, timed
+    # once written, promise less (workflow.write_parts)
+    rival: "Candidate | None" = None
 
     def value(self, objective: str) -> float:
         """Lower is better: ms per sample (throughput) or ms (latency)."""
@@ -163,3 +174,35 @@ def serial_latency(workload, assignment: Mapping[int, str]) -> float:
             moved.add((e.source, b))
             total += e.cost
     return total + SESSION_CALL_MS
+
+
+def parts_prediction(parts: list[Mapping[str, Any]], part_ms: list[float], costs: CallCosts,
+                     squeeze: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """A written plan's promise from its parts' own times (``part_ms``: each timed alone,
+    in the manifest's order, which the runner's is) rather than from the profile's node
+    times: a cut through a pattern onnxruntime would fuse, or a part's own session, shows
+    there.  Throughput: each device's parts, slowed by ``squeeze`` (device -> how much
+    its busy neighbours slow it: the copies' calibration), plus ``call_ms`` a call; or
+    all calls x ``gil_ms`` where more.  Latency: one sample alone, each part starting
+    once its inputs are there and its device is free, ``handoff_ms`` before each and one
+    out.  One part run on its own (a plan in one session) has no hand-offs."""
+    squeeze = squeeze or {}
+    if len(parts) == 1 and int(parts[0].get("replicas") or 1) == 1:
+        ms = part_ms[0]
+        return {"latency_ms": ms, "throughput_per_s": 1e3 / ms, "parts": 1, "from": "parts"}
+    producer = {o["name"]: i for i, p in enumerate(parts) for o in p["outputs"]}
+    load: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    free: dict[str, float] = {}
+    finish: list[float] = []
+    for i, (p, ms) in enumerate(zip(parts, part_ms)):
+        d = p["device"]
+        load[d] = load.get(d, 0.0) + ms * squeeze.get(d, 1.0)
+        calls[d] = calls.get(d, 0) + 1
+        ready = max((finish[producer[t["name"]]] for t in p["inputs"] if t["name"] in producer),
+                    default=0.0)
+        finish.append(max(ready, free.get(d, 0.0)) + costs.handoff_ms + ms)
+        free[d] = finish[-1]
+    period = max(max(load[d] + calls[d] * costs.call_ms for d in load), len(parts) * costs.gil_ms)
+    return {"latency_ms": max(finish) + costs.handoff_ms, "throughput_per_s": 1e3 / period,
+            "max_load_ms": max(load.values()), "parts": len(parts), "from": "parts"}

@@ -641,6 +641,30 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
             "samples": samples}
 
 
+def time_calls(parts: Parts, feeds: Mapping[str, Any], budget_s: float = 0.5,
+               most: int = 50) -> list[float]:
+    """Each part's own time on one sample (ms, median over repeats), the parts run one
+    after another as in :meth:`Parts.run`: about ``budget_s`` in all, at least 3 and at
+    most ``most`` repeats after one to warm up."""
+    parts.check_feeds(feeds)
+    clock = time.perf_counter
+
+    def once() -> list[float]:
+        values = dict(feeds)
+        took = []
+        for i in range(len(parts.parts)):
+            t = clock()
+            values.update(parts._call(i, values))
+            took.append(clock() - t)
+        return took
+
+    t = clock()
+    once()
+    repeats = int(min(most, max(3, budget_s / max(clock() - t, 1e-6))))
+    runs = np.array([once() for _ in range(repeats)])
+    return [float(v) * 1e3 for v in np.median(runs, axis=0)]
+
+
 def steady_rate(finish_times, workers: int) -> float:
     """Samples per second from finish times in steady state, over whole turns of the
     ``workers``: copies started together finish in bursts (two copies of a 52 ms model:
@@ -820,11 +844,14 @@ def _ratios(measured: Mapping[str, Any], base: Mapping[str, Mapping[str, Any]]) 
 def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
               feeds: Mapping[str, Any] | None = None, samples: int = 50, warmup: int = 5,
               measure: bool = True, optimize: bool = False, seed: int = 0,
-              fallback_cpu: bool = False, compare: bool = True, loaded=None) -> dict[str, Any]:
+              fallback_cpu: bool = False, compare: bool = True, loaded=None,
+              time_parts: bool = False) -> dict[str, Any]:
     """Verify a parts folder against its original model and (``measure``) time it, and
     (``compare``) onnxruntime's own sessions on the same inputs.  ``loaded``: the folder
     already loaded by another engine (``onnxsplit.ray_engine.RayParts``), measured
-    beside the threaded runner's own pipeline (``onnxsplit_threads``)."""
+    beside the threaded runner's own pipeline (``onnxsplit_threads``).  ``time_parts``:
+    also each part's own time (:func:`time_calls`, ``part_ms``) where every part runs
+    on its own execution provider."""
     parts = loaded if loaded is not None else Parts(parts_dir, optimize=optimize, fallback_cpu=fallback_cpu)
     model_path = Path(model) if model else Path(parts.manifest["model"]["path"])
     if not model_path.exists():
@@ -855,6 +882,8 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
     }
     if parts.assignment is not None:
         result["assignment"] = parts.assignment
+    if time_parts and not result["fell_back"] and verify["ok"]:
+        result["part_ms"] = time_calls(parts, feeds)
     if measure and not compare:
         result["measured"] = measure_pipeline(parts, feeds, samples, warmup)
     elif measure:

@@ -33,6 +33,7 @@ from .export import check_out, session_ready
 from .graph import OpGraph
 from .plan import Plan, gap_of, read_json
 from .profile import ProfileFile, available_providers, ensure_profiled
+from .profile.devices import CPU_EP
 from .profile.measure import input_feeds
 from .runner import run_parts
 from .shapes import bytes_text
@@ -137,7 +138,7 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool):
                                     entry.execution_provider, model_bytes=model_bytes)
             store = store or ProfileFile.load(cache)
             store.put(replace(entry, as_run=record))
-        elif kind == "cpu" and record and "runner" not in record \
+        elif kind == "cpu" and record and not machine.CallCosts.of(record).measured \
                 and entry.execution_provider in present:
             # a calibration from before the runner's own costs were measured: add them
             with isolated.Child() as child:
@@ -376,6 +377,7 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
                 f"thread(s) per CPU device) promises {_promise(best_split, objective)} against "
                 f"{_promise(best_whole, objective)} whole: less than {MIN_SPLIT_GAIN}x")
         return best_whole
+    best_split.rival = best_whole
     return best_split
 
 
@@ -433,24 +435,25 @@ def _whole_if_split_does_not_pay(workload, plan: Plan) -> Plan:
 
 def predict(workload, plan: Plan, costs: "machine.CallCosts | None" = None) -> dict[str, Any]:
     """What the plan promises, in the runner's terms (``costs``: the calibration's, else
-    the defaults): each device's load plus ``call_ms`` per call it makes a sample -- a
-    plan that scatters a core's nodes over many calls pays for each -- and one sample
-    every max over devices of that, or every (all calls x ``gil_ms``): the calls' Python
-    work holds the GIL.  Single-stream latency: each device runs its calls serially, and
-    the sample waits ``handoff_ms`` at each call and once more on its way out."""
+    the defaults): each device's load plus ``call_ms`` and ``session_ms`` per call it
+    makes a sample -- a plan that scatters a core's nodes over many calls pays for each
+    -- and one sample every max over devices of that, or every (all calls x ``gil_ms``):
+    the calls' Python work holds the GIL.  Single-stream latency: each device runs its
+    calls serially, and the sample waits ``handoff_ms`` and ``session_ms`` at each call
+    and ``handoff_ms`` once more on its way out."""
     costs = costs or machine.CallCosts()
     pieces = runner_pieces(workload, plan)
     calls = runner_calls(plan, pieces)
     total = sum(calls.values())
     loads = evaluate.max_load(workload, plan.assignment).loads
-    busiest = max(loads[d] + calls.get(d, 0) * costs.call_ms for d in loads)
+    per_call = costs.call_ms + costs.session_ms  # node times lack the session call's own
+    busiest = max(loads[d] + calls.get(d, 0) * per_call for d in loads)
     lat = evaluate.latency(workload, plan.assignment, pieces if plan.pieces else None,
                            serial_cpus=True).value
     period = max(busiest, total * costs.gil_ms)
-    return {"latency_ms": lat + (total + 1) * costs.handoff_ms,
+    return {"latency_ms": lat + total * (costs.handoff_ms + costs.session_ms) + costs.handoff_ms,
             "throughput_per_s": 1e3 / period, "max_load_ms": max(loads.values(), default=0.0),
-            "parts": total, "call_costs": {"handoff_ms": costs.handoff_ms, "call_ms": costs.call_ms,
-                                          "gil_ms": costs.gil_ms, "measured": costs.measured},
+            "parts": total, "call_costs": costs.as_dict(),
             "single_device": best_single_device(workload)}
 
 
@@ -638,11 +641,19 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
         _say(quiet, "verifying the parts against the original model")
 
         checked.update(run_parts(folder, model=graph.path, feeds=feeds, measure=False,
-                                 fallback_cpu=True))
+                                 fallback_cpu=True, time_parts=timed))
         seconds["verify"] = time.perf_counter() - t
+        if "part_ms" in checked:
+            _predict_from_parts(prep, candidate, folder, checked["part_ms"], predicted)
 
+    # a split predicted from the profile is timed part by part once written (the
+    # calibration's costs are the runner's), and gives way to its rival kept whole
+    # where those times promise less
+    timed = bool(candidate is not None and candidate.predicted.get("from") == "profile"
+                 and prep.as_run.get("cpu"))
     seconds: dict[str, float] = dict(prep.seconds)
-    exported = ex.export(graph, device_of, out, providers=providers, piece_of=piece_of,
+    try:
+        exported = ex.export(graph, device_of, out, providers=providers, piece_of=piece_of,
                          threads=threads, predicted=predicted,
                          plan={k: plan_obj[k] for k in ("objective", "method", "status", "value",
                                                         "lower_bound", "gap")},
@@ -651,6 +662,12 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                          session=session, before_swap=check,
                          device_ids=device_ids(workload, prep.cluster, prep.accelerator),
                          machines=device_machines(workload, prep.cluster, prep.accelerator))
+    except _SplitDoesNotPay as e:
+        rival = candidate.rival
+        rival.plan.details["why"] += f"; {e}"
+        _say(quiet, "the split does not pay once its parts are timed: keeping the model whole")
+        return write_parts(prep, rival.plan, out, force=force, verify=verify, quiet=quiet,
+                           feeds=feeds, pinned=pinned, candidate=rival)
     seconds["export"] = time.perf_counter() - t - seconds.get("verify", 0.0)
     result: dict[str, Any] = {
         "out": str(exported.out),
@@ -671,6 +688,42 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
             result["assignment"] = checked["assignment"]
     result["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
     return result
+
+
+class _SplitDoesNotPay(Exception):
+    """A written split's parts, timed, promise less than its rival kept whole."""
+
+
+def _predict_from_parts(prep: Prepared, candidate, folder: Path, part_ms: list[float],
+                        predicted: dict[str, Any]) -> None:
+    """Replace ``predicted`` (and the staged manifest's) by what the parts' own times
+    promise (machine.parts_prediction), the profile's figures kept beside; raise
+    _SplitDoesNotPay where that loses to the candidate's rival kept whole."""
+    cpu_rec = prep.as_run["cpu"]
+    manifest = json.loads((folder / ex.MANIFEST).read_text())
+    parts = manifest["parts"] if manifest.get("run_as") != "session" else \
+        [{"device": "session", "replicas": 1, "inputs": [], "outputs": []}]
+    objective = candidate.plan.objective
+    threads = int(candidate.execution.get("cpu_threads") or 1)
+    squeeze = 1.0
+    if objective == "throughput" and candidate.workload.num_cpus > 1:
+        squeeze = machine.cal.contention(cpu_rec, threads)
+    got = machine.parts_prediction(
+        parts, part_ms, machine.CallCosts.of(cpu_rec),
+        {p["device"]: squeeze for p in parts if p.get("execution_provider") == CPU_EP})
+    got["part_ms"] = [round(v, 6) for v in part_ms]
+    got["profile"] = {k: predicted.get(k) for k in ("latency_ms", "throughput_per_s")}
+    predicted.update(got)
+    manifest["predicted"].update(got)
+    (folder / ex.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    rival = candidate.rival
+    if rival is None:
+        return
+    mine = machine.Candidate(candidate.plan, candidate.workload, candidate.execution, got)
+    if mine.value(objective) > rival.value(objective):
+        raise _SplitDoesNotPay(
+            f"the split, written and timed part by part, promises {_promise(mine, objective)} "
+            f"against {_promise(rival, objective)} whole")
 
 
 def runner_pieces(workload, plan: Plan) -> dict[int, int]:

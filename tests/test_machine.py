@@ -17,6 +17,7 @@ from onnxsplit import calibrate as cal
 from onnxsplit import machine
 from onnxsplit.export import SESSION_FILE, export
 from onnxsplit.graph import OpGraph
+from onnxsplit.plan import Plan
 from onnxsplit.runner import Parts, RunError, run_parts
 from onnxsplit.workload import Workload
 
@@ -346,108 +347,138 @@ def test_the_machine_weighs_a_contiguous_plan_beside_a_scattered_one(monkeypatch
     assert weighed["dp"] == pytest.approx(1e3 / (0.6 + h))
     assert weighed["lp_round"] == pytest.approx(1e3 / (0.6 + 3 * h))
     # with the runner's costs calibrated, those are charged: calls this cheap make the
-    # scattered plan's six calls a sample bind the shared lock (6 x 0.12 ms > 0.6 + 3 x 0.01)
-    rec["runner"] = {"handoff_ms": 0.02, "call_ms": 0.01, "gil_ms": 0.12}
+    # scattered plan's six calls a sample bind the shared lock (6 x 0.12 ms > 0.6 + 3 x 0.015)
+    rec["runner"] = {"handoff_ms": 0.02, "call_ms": 0.01, "gil_ms": 0.12, "session_ms": 0.005}
     cand = choose(prep, w, "throughput", time_limit=5)
     weighed = {c["what"].split(",")[0]: c["throughput_per_s"] for c in cand.plan.details["candidates"]}
-    assert weighed["dp"] == pytest.approx(1e3 / (0.6 + 0.01))
+    assert weighed["dp"] == pytest.approx(1e3 / (0.6 + 0.015))
     assert weighed["lp_round"] == pytest.approx(1e3 / (6 * 0.12))
     assert cand.predicted["call_costs"]["measured"] is True
 
 
 def test_call_costs_come_from_a_whole_runner_calibration_or_not_at_all():
-    """A record without the runner's costs, or with one missing or not positive, predicts
+    """A record without the runner's costs, or with one missing or not a number, predicts
     with the defaults throughout (never a calibrated figure beside a default one)."""
     default = machine.CallCosts()
+    full = {"handoff_ms": 0.2, "call_ms": 0.3, "gil_ms": 0.05, "session_ms": 0.01}
     assert machine.CallCosts.of(None) == default
-    assert machine.CallCosts.of({"runner": {"handoff_ms": 0.2, "call_ms": 0.3}}) == default
-    assert machine.CallCosts.of({"runner": {"handoff_ms": 0.2, "call_ms": 0.3, "gil_ms": 0.0}}) == default
-    assert machine.CallCosts.of({"runner": {"handoff_ms": 0.2, "call_ms": float("nan"),
-                                            "gil_ms": 0.1}}) == default
-    got = machine.CallCosts.of({"runner": {"handoff_ms": 0.2, "call_ms": 0.3, "gil_ms": 0.05}})
-    assert (got.handoff_ms, got.call_ms, got.gil_ms, got.measured) == (0.2, 0.3, 0.05, True)
+    for broken in ({"gil_ms": None}, {"gil_ms": 0.0}, {"call_ms": float("nan")}, {"session_ms": -1.0}):
+        assert machine.CallCosts.of({"runner": {**full, **broken}}) == default
+    assert machine.CallCosts.of({"runner": {k: v for k, v in full.items() if k != "session_ms"}}) == default
+    got = machine.CallCosts.of({"runner": full})
+    assert (got.handoff_ms, got.call_ms, got.gil_ms, got.session_ms, got.measured) == (0.2, 0.3, 0.05, 0.01, True)
 
 
 def test_a_plans_prediction_charges_each_call_what_was_calibrated():
     """Independent arithmetic on the chain of 6 over two cores: the period is a core's
-    load plus its calls x call_ms, or all calls x gil_ms where that is more; the latency
-    all nodes plus (calls + 1) x handoff_ms."""
+    load plus its calls x (call_ms + session_ms), or all calls x gil_ms where that is
+    more; the latency all nodes plus calls x (handoff_ms + session_ms) and one hand-off out."""
     from onnxsplit.plan import Plan
     from onnxsplit.workflow import predict
 
     w = _chain_on_two_cores()
     mixed = Plan("throughput", "x", "feasible", 6.0, {i: f"cpu{i % 2}" for i in range(6)})
-    got = predict(w, mixed, machine.CallCosts(0.3, 0.5, 0.01))
-    assert got["throughput_per_s"] == pytest.approx(1e3 / (6.0 + 3 * 0.5))
-    assert got["latency_ms"] == pytest.approx(12.0 + 7 * 0.3)
-    got = predict(w, mixed, machine.CallCosts(0.3, 0.5, 1.5))
+    got = predict(w, mixed, machine.CallCosts(0.3, 0.5, 0.01, 0.05))
+    assert got["throughput_per_s"] == pytest.approx(1e3 / (6.0 + 3 * 0.55))
+    assert got["latency_ms"] == pytest.approx(12.0 + 6 * 0.35 + 0.3)
+    got = predict(w, mixed, machine.CallCosts(0.3, 0.5, 1.5, 0.05))
     assert got["throughput_per_s"] == pytest.approx(1e3 / (6 * 1.5))
 
 
-def test_the_runner_costs_are_measured_on_a_chain_that_computes_next_to_nothing(monkeypatch):
-    """The chain runs (each part adds one: 16 parts give 16), part i on device i mod d;
-    each figure is the runner's measurement over the calls it made."""
+def test_a_written_plan_is_predicted_from_its_parts_own_times():
+    """Parts A (d0) -> B (d1), A -> C (d0), B and C -> D (d1), timed 1, 2, 3 and 4 ms:
+    alone, A ends at 1.1, B at 3.2, C (d0 free at 1.1) at 4.2, D at 4.3 + 4 = 8.3, out at
+    8.4; streamed, d1 is busiest: 2 + 4 (x 1.5 for its busy neighbour) + 2 calls x 0.2."""
+    def part(name, device, inputs, outputs):
+        return {"name": name, "device": device, "inputs": [{"name": t} for t in inputs],
+                "outputs": [{"name": t} for t in outputs]}
+
+    parts = [part("A", "d0", ["x"], ["a"]), part("B", "d1", ["a"], ["b"]),
+             part("C", "d0", ["a"], ["c"]), part("D", "d1", ["b", "c"], ["y"])]
+    costs = machine.CallCosts(handoff_ms=0.1, call_ms=0.2, gil_ms=0.05)
+    got = machine.parts_prediction(parts, [1.0, 2.0, 3.0, 4.0], costs)
+    assert got["latency_ms"] == pytest.approx(8.4)
+    assert got["throughput_per_s"] == pytest.approx(1e3 / 6.4)
+    got = machine.parts_prediction(parts, [1.0, 2.0, 3.0, 4.0], costs, {"d1": 1.5})
+    assert got["throughput_per_s"] == pytest.approx(1e3 / 9.4)
+    # the shared lock binds where calls are many and short
+    got = machine.parts_prediction(parts, [0.01] * 4, machine.CallCosts(0.1, 0.01, 0.5))
+    assert got["throughput_per_s"] == pytest.approx(1e3 / 2.0)
+    # one part alone (a plan in one session) runs with no hand-off
+    alone = machine.parts_prediction([part("S", "s", ["x"], ["y"])], [2.5], costs)
+    assert (alone["latency_ms"], alone["throughput_per_s"]) == (2.5, 400.0)
+
+
+@pytest.mark.parametrize("rival_per_s", [1e9, 1e-3])
+def test_a_split_whose_timed_parts_lose_to_the_model_kept_whole_is_not_written(
+        tmp_path, monkeypatch, rival_per_s):
+    """The split is written, verified and timed part by part before it takes the output's
+    place; where its parts promise less than the whole rival it was chosen over, the
+    whole model is written instead, else the split, predicted from its parts' times."""
+    from onnxsplit import runner
+    from onnxsplit.workflow import prepare, write_parts
+
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(runner, "time_calls", lambda parts, feeds: [0.25 * (i + 1) for i in range(len(parts.parts))])
+    model = mlp(tmp_path / "m.onnx", layers=4, batch=4, width=32)
+    prep = prepare(model, as_run=False, quiet=True)
+    w = prep.workload.replace(num_cpus=2)
+    prep.as_run = {"cpu": {"cores": 2}}  # no copies measured: no contention; default costs
+    ids = sorted(int(i) for i in w.ids)
+    split_plan = Plan("throughput", "dp", "feasible", 1.0,
+                      {i: ("cpu0" if k < len(ids) // 2 else "cpu1") for k, i in enumerate(ids)})
+    cand = machine.Candidate(split_plan, w, {"cpu_threads": 1, "optimization": "all", "replicas": 1,
+                                             "run_as": "pipeline"},
+                             {"latency_ms": 1.0, "throughput_per_s": 1e3, "from": "profile"})
+    whole = machine._whole_plan(w, "cpu0", "throughput", "onnxruntime's default session", 1e3 / rival_per_s)
+    cand.rival = machine.Candidate(whole, w, {"cpu_threads": 0, "optimization": "all", "replicas": 1,
+                                              "run_as": "pipeline", "baseline": True},
+                                   {"latency_ms": 1e3 / rival_per_s, "throughput_per_s": rival_per_s,
+                                    "parts": 1, "from": "calibration"})
+    res = write_parts(prep, split_plan, tmp_path / "p", quiet=True, candidate=cand)
+    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    if rival_per_s > 1:
+        assert res["plan"]["method"] == "whole" and len(manifest["parts"]) == 1
+        assert "timed part by part" in res["plan"]["details"]["why"]
+        assert manifest["predicted"]["throughput_per_s"] == rival_per_s
+    else:
+        assert [p["device"] for p in manifest["parts"]] == ["cpu0", "cpu1"]
+        h = machine.CallCosts()
+        # part0 0.25 ms on cpu0, part1 0.5 ms on cpu1: the period is cpu1's part and call
+        assert manifest["predicted"]["throughput_per_s"] == pytest.approx(1e3 / (0.5 + h.call_ms))
+        assert manifest["predicted"]["latency_ms"] == pytest.approx(0.75 + 3 * h.handoff_ms)
+        assert manifest["predicted"]["from"] == "parts" == res["predicted"]["from"]
+        assert manifest["predicted"]["profile"]["throughput_per_s"] == 1e3
+
+
+def test_the_runner_costs_are_what_its_chains_take_beyond_their_parts_own_times(monkeypatch):
+    """The chains run (each part multiplies by the identity: the output is the input),
+    part i on device i mod d; each figure is the runner's measurement less the parts' own
+    times, over the calls that made it."""
     from onnxsplit import runner
 
     seen = {}
     real = runner.measure_pipeline
 
-    def fake(parts, feeds, samples, warmup):
+    def fake_pipeline(parts, feeds, samples, warmup):
         devices = len(parts.devices)
         if devices not in seen:
             seen[devices] = real(parts, feeds, 3, 1)
-            assert parts.run(feeds)["x16"] == pytest.approx(np.full((1, 64), 16.0))
+            assert np.array_equal(parts.run(feeds)["x16"], feeds["x0"])
             assert [p["device"] for p in parts.parts] == [f"d{i % devices}" for i in range(16)]
-        return {2: {"latency_ms": 1.7, "throughput_per_s": 1e3 / 1.6},
+        return {2: {"latency_ms": 18.7, "throughput_per_s": 1e3 / 9.6},
                 4: {"latency_ms": 9.0, "throughput_per_s": 1e3 / 0.8}}[devices]
 
-    monkeypatch.setattr(runner, "measure_pipeline", fake)
+    def fake_alone(parts, feeds, budget_s):
+        return [1.0 if len(parts.devices) == 2 else 0.01] * len(parts.parts)
+
+    monkeypatch.setattr(runner, "measure_pipeline", fake_pipeline)
+    monkeypatch.setattr(runner, "time_calls", fake_alone)
     got = cal.runner_costs()
     assert sorted(seen) == [2, cal.GIL_DEVICES] == [2, 4]
     assert all(np.isfinite(m["latency_ms"]) and m["latency_ms"] > 0 for m in seen.values())
-    assert got["handoff_ms"] == pytest.approx(1.7 / 17)
-    assert got["call_ms"] == pytest.approx(1.6 / 8)
-    assert got["gil_ms"] == pytest.approx(0.8 / 16)
-
-
-def test_copies_are_calibrated_in_the_same_rounds_as_the_default_session(monkeypatch):
-    """The choice between copies and the default session is made on one stretch of the
-    machine's time: the default session is measured again beside the copies, and its
-    figure is the median of all its rounds (a shared machine's slow minute once made the
-    default look 1.17x the copies, which then measured 1.28x it)."""
-    from onnxsplit import runner
-
-    calls = []
-    phases = {"default": [[100.0, 101.0, 102.0, 103.0, 104.0], [60.0, 61.0, 62.0, 63.0, 64.0]]}
-
-    def fake_rounds(loaded, feeds, samples, warmup, rounds, min_round_s):
-        calls.append(sorted(loaded))
-        out = {}
-        for name in loaded:
-            thr = phases["default"][len(calls) - 1] if name == "default" else [50.0] * 5
-            out[name] = {"throughput_per_s": float(np.median(thr)),
-                         "latency_ms": float(np.median([1e3 / x for x in thr])),
-                         "samples": 5, "rounds": 5,
-                         "by_round": {"throughput_per_s": thr, "latency_ms": [1e3 / x for x in thr]}}
-        return out
-
-    def fake_whole(model_path, ep=CPU, **how):
-        p = Parts.__new__(Parts)
-        p.run = lambda feeds: {}
-        return p
-
-    monkeypatch.setattr(runner, "measure_rounds", fake_rounds)
-    monkeypatch.setattr(Parts, "whole", staticmethod(fake_whole))
-    monkeypatch.setattr(cal, "runner_costs", lambda: {"handoff_ms": 0.05})
-    rec = cal.calibrate("m.onnx", {}, CPU, cores=2, model_bytes=1.0, host_memory=1e9)
-    assert calls == [["default", "t1", "t1_disabled", "t2"], ["1", "default"]]
-    both = phases["default"][0] + phases["default"][1]
-    assert rec["default"]["throughput_per_s"] == pytest.approx(float(np.median(both)))
-    assert rec["default"]["latency_ms"] == pytest.approx(float(np.median([1e3 / x for x in both])))
-    assert rec["default"]["rounds"] == 10
-    assert rec["replicas"]["1"]["copies"] == 2 and rec["replicas"]["1"]["throughput_per_s"] == 50.0
-    assert rec["runner"] == {"handoff_ms": 0.05}
-    # where the default session does not fit beside the copies, the copies run alone
-    calls.clear()
-    rec = cal.calibrate("m.onnx", {}, CPU, cores=2, model_bytes=1.0, host_memory=5.0)
-    assert calls[-1] == ["1"] and rec["default"]["rounds"] == 5
+    assert got["handoff_ms"] == pytest.approx((18.7 - 16.0) / 17, rel=1e-5)
+    assert got["call_ms"] == pytest.approx((9.6 - 8.0) / 8, rel=1e-5)
+    assert got["gil_ms"] == pytest.approx(0.8 / 16, rel=1e-5)
+    assert got["session_ms"] == pytest.approx(0.01, rel=1e-5)
+    assert machine.CallCosts.of({"runner": got}).measured
