@@ -6,7 +6,9 @@ never slower than not using it: the model kept whole (:func:`whole_candidates`: 
 default session, fewer threads, copies side by side, the accelerator's default session;
 predicted by the calibration's measurements), the workload each division of the CPU cores
 gives the solver (:func:`split_workloads`: node times scaled to ``t`` threads and to busy
-neighbours), and a latency plan run as one onnxruntime session (:func:`serial_latency`).
+neighbours), a latency plan run as one onnxruntime session (:func:`serial_latency`),
+what the runner adds per call (:class:`CallCosts`), and a written plan's promise from
+its parts' own times (:func:`parts_prediction`).
 
 Write-up: docs/machine.md (The candidates, How predictions are made).
 """

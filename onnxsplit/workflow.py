@@ -5,8 +5,9 @@ an onnxruntime session, so an op no runtime can run is refused up front), profil
 reuse the cached profile, build the paper's workload for the devices (this machine's, or
 a cluster file's), apply pins, solve with the method that fits the objective and the
 graph's size, export the parts with ``plan.json`` beside them, and run one sample through
-the parts to check them against the original model.  ``export_plan`` re-applies an
-edited ``plan.json``.
+the parts to check them against the original model (a split is timed part by part
+there, its prediction remade from those times, and it gives way to the model kept whole
+where they promise less).  ``export_plan`` re-applies an edited ``plan.json``.
 
 Nothing is written before every input has been checked; the parts folder appears whole
 (exporter) and is removed again if the parts cannot run.
@@ -644,13 +645,15 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                                  fallback_cpu=True, time_parts=timed))
         seconds["verify"] = time.perf_counter() - t
         if "part_ms" in checked:
-            _predict_from_parts(prep, candidate, folder, checked["part_ms"], predicted)
+            _predict_from_parts(prep, machine.Candidate(plan, workload, execution), folder,
+                                checked["part_ms"], predicted,
+                                candidate.rival if candidate is not None else None)
 
     # a split predicted from the profile is timed part by part once written (the
     # calibration's costs are the runner's), and gives way to its rival kept whole
     # where those times promise less
-    timed = bool(candidate is not None and candidate.predicted.get("from") == "profile"
-                 and prep.as_run.get("cpu"))
+    timed = bool(prep.as_run.get("cpu") and max(replicas.values(), default=1) == 1
+                 and (candidate is None or candidate.predicted.get("from") == "profile"))
     seconds: dict[str, float] = dict(prep.seconds)
     try:
         exported = ex.export(graph, device_of, out, providers=providers, piece_of=piece_of,
@@ -695,10 +698,10 @@ class _SplitDoesNotPay(Exception):
 
 
 def _predict_from_parts(prep: Prepared, candidate, folder: Path, part_ms: list[float],
-                        predicted: dict[str, Any]) -> None:
+                        predicted: dict[str, Any], rival=None) -> None:
     """Replace ``predicted`` (and the staged manifest's) by what the parts' own times
     promise (machine.parts_prediction), the profile's figures kept beside; raise
-    _SplitDoesNotPay where that loses to the candidate's rival kept whole."""
+    _SplitDoesNotPay where that loses to ``rival``, the candidate kept whole."""
     cpu_rec = prep.as_run["cpu"]
     manifest = json.loads((folder / ex.MANIFEST).read_text())
     parts = manifest["parts"] if manifest.get("run_as") != "session" else \
@@ -716,7 +719,6 @@ def _predict_from_parts(prep: Prepared, candidate, folder: Path, part_ms: list[f
     predicted.update(got)
     manifest["predicted"].update(got)
     (folder / ex.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    rival = candidate.rival
     if rival is None:
         return
     mine = machine.Candidate(candidate.plan, candidate.workload, candidate.execution, got)

@@ -86,6 +86,13 @@ def test_plan_json_is_editable_and_reapplied(tmp_path, capsys):
     devices = {p["device"]: p["nodes"] for p in manifest["parts"]}
     assert devices == {"cpu0": 3, "cpu1": 6}
     assert res["plan"]["method"] == "given"
+    # the edited plan is predicted from its parts as written and timed (the calibration
+    # is in the cache): the slower device's parts bound its rate
+    pred = manifest["predicted"]
+    assert pred["from"] == "parts" == res["predicted"]["from"] and len(pred["part_ms"]) == 2
+    assert all(np.isfinite(v) and v > 0 for v in pred["part_ms"])
+    assert pred["throughput_per_s"] <= 1e3 / max(pred["part_ms"])
+    assert pred["latency_ms"] >= sum(pred["part_ms"])
 
 
 def estimated_gpu_cluster(path):
