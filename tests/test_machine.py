@@ -409,6 +409,29 @@ def test_a_written_plan_is_predicted_from_its_parts_own_times():
     assert (alone["latency_ms"], alone["throughput_per_s"]) == (2.5, 400.0)
 
 
+def test_the_runners_schedule_is_replayed_where_calls_alternate_between_devices():
+    """A (d0, 3 ms) -> B (d1, 1) -> C (d0, 1) -> D (d1, 3): each device works 4 ms a
+    sample, but with two samples in flight, by hand (oldest sample first): d0 runs A0
+    0-3, A1 3-6, C0 6-7, C1 7-8; d1 B0 3-4, B1 6-7, D0 7-10, D1 10-13; sample 2 enters at
+    10 and all repeats 10 ms later: 5 ms a sample, not 4."""
+    chain = [[], [0], [1], [2]]
+    devices = ["d0", "d1", "d0", "d1"]
+    assert machine.simulate_runner(devices, [3, 1, 1, 3], chain, 0.0, depth=2) == pytest.approx(5.0)
+    # one sample alone: its parts one after another, a hand-off before each
+    assert machine.simulate_runner(devices, [3, 1, 1, 3], chain, 0.5, depth=1, samples=1) == \
+        pytest.approx(8 + 4 * 0.5)
+    # equal parts interleave: each device busy all the time
+    assert machine.simulate_runner(devices, [1, 1, 1, 1], chain, 0.0, depth=2) == pytest.approx(2.0)
+    # the written plan's prediction takes the replayed rate (four in flight, the
+    # runner's two per device), not the devices' sums (8 ms each)
+    ms = [3, 1, 1, 3] * 2
+    parts = [{"device": f"d{i % 2}", "inputs": [{"name": f"t{i}"}], "outputs": [{"name": f"t{i + 1}"}]}
+             for i in range(8)]
+    got = machine.parts_prediction(parts, ms, machine.CallCosts(0.0, 0.0, 0.01))
+    replayed = machine.simulate_runner([p["device"] for p in parts], ms, [[]] + [[i] for i in range(7)], 0.0)
+    assert got["throughput_per_s"] == pytest.approx(1e3 / replayed) and replayed > 8.0
+
+
 @pytest.mark.parametrize("rival_per_s", [1e9, 1e-3])
 def test_a_split_whose_timed_parts_lose_to_the_model_kept_whole_is_not_written(
         tmp_path, monkeypatch, rival_per_s):
