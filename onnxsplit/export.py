@@ -102,7 +102,7 @@ def make_parts(graph: OpGraph, device_of: Mapping[str, str], providers: Mapping[
             src = producer_key.get(t)
             if src is not None and src != key_of[n.name]:
                 succ[src].setdefault(key_of[n.name], t)
-    order = _part_order(keys, succ)
+    order = part_order(keys, succ)
 
     names = {k: f"part{i}_{k[0]}" for i, k in enumerate(order)}
     outputs_of_model = set(graph.outputs)
@@ -122,7 +122,7 @@ def make_parts(graph: OpGraph, device_of: Mapping[str, str], providers: Mapping[
     return parts
 
 
-def _part_order(keys, succ) -> list:
+def part_order(keys, succ) -> list:
     """Kahn's order of the parts (earliest first node first); SplitError naming a cycle."""
     import heapq
 

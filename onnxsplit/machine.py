@@ -161,13 +161,19 @@ def split_workloads(workload, objective: str, cpu_rec: Mapping[str, Any],
     return out
 
 
+def node_times(workload, assignment: Mapping[int, str]) -> np.ndarray:
+    """Each node's time on the device the plan puts it on (in ``workload.ids`` order)."""
+    dev = evaluate.device_array(workload, assignment)
+    cls = workload.device_class[dev]
+    return np.where(cls >= 0, workload.class_latency[np.maximum(cls, 0), np.arange(workload.n)],
+                    workload.cpu_latency)
+
+
 def serial_latency(workload, assignment: Mapping[int, str]) -> float:
     """One session running the plan: every node one after another on its device, each
     tensor moved once to each other device that reads it, plus the call's own cost."""
     dev = evaluate.device_array(workload, assignment)
-    cls = workload.device_class[dev]
-    total = float(np.where(cls >= 0, workload.class_latency[np.maximum(cls, 0), np.arange(workload.n)],
-                           workload.cpu_latency).sum())
+    total = float(node_times(workload, assignment).sum())
     moved = set()
     index = {int(i): k for k, i in enumerate(workload.ids)}
     for e in workload.edges:
@@ -209,6 +215,9 @@ def parts_prediction(parts: list[Mapping[str, Any]], part_ms: list[float], costs
             "max_load_ms": max(load.values()), "parts": len(parts), "from": "parts"}
 
 
+REPLAY_EVENTS = 300_000  # part runs one replay of the runner may take (about a second)
+
+
 def simulate_runner(devices: list[str], run_ms: list[float], deps: list[list[int]],
                     handoff_ms: float, depth: int | None = None, samples: int | None = None
                     ) -> float:
@@ -217,7 +226,7 @@ def simulate_runner(devices: list[str], run_ms: list[float], deps: list[list[int
     running one part at a time, the oldest sample's first, each part ready
     ``handoff_ms`` after its last input.  With one sample: its time through; else the ms
     per sample in steady state, over whole turns of the samples in flight (the first
-    two turns and the last left out).  Where
+    quarter of the finishes, or two turns, and the last turn left out).  Where
     calls alternate between devices, samples in flight cannot keep every device busy,
     which the sum of a device's parts does not show (GPT-2 over 121 scattered parts: the
     busiest device's parts take 63 ms a sample, the runner streamed one every 103 ms)."""
@@ -225,7 +234,9 @@ def simulate_runner(devices: list[str], run_ms: list[float], deps: list[list[int
 
     order = list(dict.fromkeys(devices))
     depth = depth or 2 * len(order)
-    samples = samples or max(8 * depth, 48)
+    # enough samples for the start to pass (a quarter of them is left out), within
+    # REPLAY_EVENTS part runs
+    samples = samples or max(6 * depth, min(max(16 * depth, 400), REPLAY_EVENTS // max(len(devices), 1)))
     consumers: list[list[int]] = [[] for _ in devices]
     for i, ds in enumerate(deps):
         for d in ds:
@@ -279,6 +290,6 @@ def simulate_runner(devices: list[str], run_ms: list[float], deps: list[list[int
                 push(t + run_ms[running[d][1]], -1, -k - 1)
     if len(done) <= 2 * depth + 1:
         return done[-1] / len(done)
-    a = 2 * depth  # whole turns of the samples in flight: their finishes come in bursts
+    a = max(2 * depth, len(done) // 4)  # whole turns of the samples in flight: bursts
     b = a + (len(done) - 1 - depth - a) // depth * depth
     return (done[b] - done[a]) / (b - a)

@@ -439,7 +439,8 @@ def predict(workload, plan: Plan, costs: "machine.CallCosts | None" = None) -> d
     the defaults): each device's load plus ``call_ms`` and ``session_ms`` per call it
     makes a sample -- a plan that scatters a core's nodes over many calls pays for each
     -- and one sample every max over devices of that, or every (all calls x ``gil_ms``):
-    the calls' Python work holds the GIL.  Single-stream latency: each device runs its
+    the calls' Python work holds the GIL, or as the runner's schedule replayed on those
+    calls gives (:func:`_replayed_period`), where more.  Single-stream latency: each device runs its
     calls serially, and the sample waits ``handoff_ms`` and ``session_ms`` at each call
     and ``handoff_ms`` once more on its way out."""
     costs = costs or machine.CallCosts()
@@ -451,11 +452,38 @@ def predict(workload, plan: Plan, costs: "machine.CallCosts | None" = None) -> d
     busiest = max(loads[d] + calls.get(d, 0) * per_call for d in loads)
     lat = evaluate.latency(workload, plan.assignment, pieces if plan.pieces else None,
                            serial_cpus=True).value
-    period = max(busiest, total * costs.gil_ms)
+    period = max(busiest, total * costs.gil_ms, _replayed_period(workload, plan, pieces, per_call,
+                                                                  costs.handoff_ms))
     return {"latency_ms": lat + total * (costs.handoff_ms + costs.session_ms) + costs.handoff_ms,
             "throughput_per_s": 1e3 / period, "max_load_ms": max(loads.values(), default=0.0),
             "parts": total, "call_costs": costs.as_dict(),
             "single_device": best_single_device(workload)}
+
+
+def _replayed_period(workload, plan: Plan, pieces: Mapping[int, int], per_call: float,
+                     handoff_ms: float) -> float:
+    """The runner's schedule replayed (machine.simulate_runner) on the calls the exporter
+    will cut the plan into, in its order, each the profile's time of its nodes plus
+    ``per_call``: ms per sample."""
+    group = {int(i): (plan.assignment[int(i)], pieces[int(i)]) for i in workload.ids}
+    if len(set(group.values())) < 2:
+        return 0.0
+    keys = list(dict.fromkeys(group[int(i)] for i in workload.ids))
+    succ: dict[tuple[str, int], dict[tuple[str, int], None]] = {k: {} for k in keys}
+    for e in workload.edges:
+        a, b = group[int(e.source)], group[int(e.dest)]
+        if a != b:
+            succ[a][b] = None
+    order = ex.part_order(keys, succ)
+    at = {k: n for n, k in enumerate(order)}
+    ms = dict.fromkeys(order, per_call)
+    for i, t in zip(workload.ids, machine.node_times(workload, plan.assignment)):
+        ms[group[int(i)]] += float(t)
+    deps: list[list[int]] = [[] for _ in order]
+    for a in order:
+        for b in succ[a]:
+            deps[at[b]].append(at[a])
+    return machine.simulate_runner([k[0] for k in order], [ms[k] for k in order], deps, handoff_ms)
 
 
 def best_single_device(workload) -> dict[str, Any]:
