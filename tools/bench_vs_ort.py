@@ -6,10 +6,11 @@ default session and capacity-aware partitioning -- all measured in the same run,
 same inputs, by ``onnxsplit run --json``.
 
     python tools/bench_vs_ort.py MODEL.onnx:SHAPES [...] [--objective throughput,latency]
-        [--devices CLUSTER.json] [--samples N] [--json OUT.json]
+        [--devices CLUSTER.json] [--samples N] [--method M] [--json OUT.json]
 
 SHAPES is ``name=1x128,name2=1x128`` (empty for static models).  Each model is split with
-the main command's defaults (``onnxsplit MODEL --out TMP``, the profile cached as usual)
+the main command's defaults (``onnxsplit MODEL --out TMP``, the profile cached as usual;
+``--method`` another solver's split)
 and then measured with ``onnxsplit run TMP --json``.  Columns: ``plan`` (method, how it
 runs, parts), ``meas``/``pred`` (throughput in samples/s for the throughput objective,
 latency in ms for the latency objective), ``err`` (measured over predicted, -1),
@@ -54,8 +55,8 @@ def _better(a: float | None, b: float | None, objective: str) -> float | None:
 
 
 def bench(model: str, shapes: str, objective: str, devices: str | None, samples: int,
-          time_limit: float) -> dict:
-    args = [model]
+          time_limit: float, method: str = "auto") -> dict:
+    args = [model, "--method", method]
     for s in filter(None, shapes.split(",")):
         args += ["--input-shape", s]
     if devices:
@@ -111,6 +112,9 @@ def main(argv=None) -> int:
     ap.add_argument("--devices", metavar="CLUSTER.json")
     ap.add_argument("--samples", type=int, default=100)
     ap.add_argument("--time-limit", type=float, default=30.0)
+    ap.add_argument("--method", default="auto",
+                    help="the main command's --method (auto: its defaults, which the issue judges; "
+                         "another: that solver's split, to check its prediction)")
     ap.add_argument("--json", metavar="OUT.json", help="also write every result here")
     args = ap.parse_args(argv)
     results = []
@@ -121,7 +125,8 @@ def main(argv=None) -> int:
     for spec in args.models:
         model, _, shapes = spec.partition(":")
         for objective in args.objective.split(","):
-            r = bench(model, shapes, objective, args.devices, args.samples, args.time_limit)
+            r = bench(model, shapes, objective, args.devices, args.samples, args.time_limit,
+                      args.method)
             results.append(r)
             if "plan" not in r:
                 print(f"{Path(model).stem:<12} {objective:<10} {r['error']}", flush=True)
