@@ -196,7 +196,7 @@ def parts_prediction(parts: list[Mapping[str, Any]], part_ms: list[float], costs
     run on its own (a plan in one session) has no hand-offs."""
     squeeze = squeeze or {}
     if len(parts) == 1 and int(parts[0].get("replicas") or 1) == 1:
-        ms = part_ms[0]
+        ms = max(part_ms[0], 1e-9)  # (a clock that did not tick)
         return {"latency_ms": ms, "throughput_per_s": 1e3 / ms, "parts": 1, "from": "parts"}
     producer = {o["name"]: i for i, p in enumerate(parts) for o in p["outputs"]}
     deps = [sorted({producer[t["name"]] for t in p["inputs"] if t["name"] in producer})
