@@ -244,7 +244,6 @@ def simulate_runner(devices: list[str], run_ms: list[float], deps: list[list[int
     roots = [i for i, ds in enumerate(deps) if not ds]
     events: list[tuple[float, int, int, int]] = []  # (time, tie, sample, part): part < 0 ends
     queues: dict[str, list[tuple[int, int]]] = {d: [] for d in order}
-    busy = dict.fromkeys(order, False)
     waiting: dict[int, list[int]] = {}
     left: dict[int, int] = {}
     done: list[float] = []
@@ -264,15 +263,13 @@ def simulate_runner(devices: list[str], run_ms: list[float], deps: list[list[int
     for s in range(min(depth, samples)):
         admit(0.0, s)
     admitted = min(depth, samples)
-    running: dict[str, tuple[int, int]] = {}
+    running: dict[str, tuple[int, int]] = {}  # device -> (sample, part) it runs
     while events:
         t, _, s, i = heapq.heappop(events)
         if i >= 0:  # part i of sample s is ready on its device
             heapq.heappush(queues[devices[i]], (s, i))
         else:  # the part running on device order[-i - 1] finished
-            d = order[-i - 1]
-            busy[d] = False
-            s, i = running.pop(d)
+            s, i = running.pop(order[-i - 1])
             for c in consumers[i]:
                 waiting[s][c] -= 1
                 if waiting[s][c] == 0:
@@ -284,9 +281,8 @@ def simulate_runner(devices: list[str], run_ms: list[float], deps: list[list[int
                     admit(t, admitted)
                     admitted += 1
         for k, d in enumerate(order):
-            if not busy[d] and queues[d]:
+            if d not in running and queues[d]:
                 running[d] = heapq.heappop(queues[d])
-                busy[d] = True
                 push(t + run_ms[running[d][1]], -1, -k - 1)
     if len(done) <= 2 * depth + 1:
         return done[-1] / len(done)

@@ -340,12 +340,16 @@ class Parts:
                            f"{' '.join(str(e).split())[:300]}") from None
         return dict(zip(self._out_names[i], got))
 
-    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """One sample through every part in order; the model's outputs by name."""
+    def run(self, feeds: Mapping[str, Any], took: list[float] | None = None) -> dict[str, Any]:
+        """One sample through every part in order; the model's outputs by name (``took``:
+        each part's call time in seconds is appended to it)."""
         self.check_feeds(feeds)
         values = dict(feeds)
         for i in range(len(self.parts)):
+            t = time.perf_counter() if took is not None else 0.0
             values.update(self._call(i, values))
+            if took is not None:
+                took.append(time.perf_counter() - t)
         return {o: values[o] for o in self.output_names}
 
     def stream(self, samples: Iterable[Mapping[str, Any]], depth: int | None = None,
@@ -646,21 +650,12 @@ def time_calls(parts: Parts, feeds: Mapping[str, Any], budget_s: float = 0.5,
     """Each part's own time on one sample (ms, median over repeats), the parts run one
     after another as in :meth:`Parts.run`: about ``budget_s`` in all, at least 3 and at
     most ``most`` repeats after one to warm up."""
-    parts.check_feeds(feeds)
-    clock = time.perf_counter
-
     def once() -> list[float]:
-        values = dict(feeds)
-        took = []
-        for i in range(len(parts.parts)):
-            t = clock()
-            values.update(parts._call(i, values))
-            took.append(clock() - t)
+        took: list[float] = []
+        parts.run(feeds, took)
         return took
 
-    t = clock()
-    once()
-    repeats = int(min(most, max(3, budget_s / max(clock() - t, 1e-6))))
+    repeats = int(min(most, max(3, budget_s / max(sum(once()), 1e-6))))
     runs = np.array([once() for _ in range(repeats)])
     return [float(v) * 1e3 for v in np.median(runs, axis=0)]
 

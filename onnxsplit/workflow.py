@@ -661,6 +661,11 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
         session = {"threads": execution.get("cpu_threads", 0),
                    "optimization": execution.get("optimization") or "all"}
     checked: dict[str, Any] = {}
+    # a split predicted from the profile is timed part by part once written (the
+    # calibration's costs are the runner's), and gives way to its rival kept whole
+    # where those times promise less
+    timed = bool(prep.as_run.get("cpu") and max(replicas.values(), default=1) == 1
+                 and (candidate is None or candidate.predicted.get("from") == "profile"))
 
     def check(folder: Path) -> None:
         """The parts run against the original model before they take ``out``'s place."""
@@ -673,15 +678,10 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                                  fallback_cpu=True, time_parts=timed))
         seconds["verify"] = time.perf_counter() - t
         if "part_ms" in checked:
-            _predict_from_parts(prep, machine.Candidate(plan, workload, execution), folder,
-                                checked["part_ms"], predicted,
+            _predict_from_parts(prep, machine.Candidate(plan, workload, execution, predicted),
+                                folder, checked["part_ms"],
                                 candidate.rival if candidate is not None else None)
 
-    # a split predicted from the profile is timed part by part once written (the
-    # calibration's costs are the runner's), and gives way to its rival kept whole
-    # where those times promise less
-    timed = bool(prep.as_run.get("cpu") and max(replicas.values(), default=1) == 1
-                 and (candidate is None or candidate.predicted.get("from") == "profile"))
     seconds: dict[str, float] = dict(prep.seconds)
     try:
         exported = ex.export(graph, device_of, out, providers=providers, piece_of=piece_of,
@@ -726,9 +726,9 @@ class _SplitDoesNotPay(Exception):
 
 
 def _predict_from_parts(prep: Prepared, candidate, folder: Path, part_ms: list[float],
-                        predicted: dict[str, Any], rival=None) -> None:
-    """Replace ``predicted`` (and the staged manifest's) by what the parts' own times
-    promise (machine.parts_prediction), the profile's figures kept beside; raise
+                        rival=None) -> None:
+    """Update ``candidate.predicted`` (and the staged manifest's) by what the parts' own
+    times promise (machine.parts_prediction), the profile's figures kept beside; raise
     _SplitDoesNotPay where that loses to ``rival``, the candidate kept whole."""
     cpu_rec = prep.as_run["cpu"]
     manifest = json.loads((folder / ex.MANIFEST).read_text())
@@ -743,16 +743,13 @@ def _predict_from_parts(prep: Prepared, candidate, folder: Path, part_ms: list[f
         parts, part_ms, machine.CallCosts.of(cpu_rec),
         {p["device"]: squeeze for p in parts if p.get("execution_provider") == CPU_EP})
     got["part_ms"] = [round(v, 6) for v in part_ms]
-    got["profile"] = {k: predicted.get(k) for k in ("latency_ms", "throughput_per_s")}
-    predicted.update(got)
+    got["profile"] = {k: candidate.predicted.get(k) for k in ("latency_ms", "throughput_per_s")}
+    candidate.predicted.update(got)
     manifest["predicted"].update(got)
     (folder / ex.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    if rival is None:
-        return
-    mine = machine.Candidate(candidate.plan, candidate.workload, candidate.execution, got)
-    if mine.value(objective) > rival.value(objective):
+    if rival is not None and candidate.value(objective) > rival.value(objective):
         raise _SplitDoesNotPay(
-            f"the split, written and timed part by part, promises {_promise(mine, objective)} "
+            f"the split, written and timed part by part, promises {_promise(candidate, objective)} "
             f"against {_promise(rival, objective)} whole")
 
 
