@@ -30,6 +30,7 @@ MEMORY_SHARE = 0.5  # copies of the model may take this share of the host's memo
 CHAIN_CALLS = 16  # the runner's costs are measured on chains of this many parts
 CHAIN_WIDTH, WORK_ROWS = 256, 64  # a part that works: a 64x256 by 256x256 MatMul
 GIL_DEVICES = 4  # tiny parts spread over this many devices for the calls' GIL share
+WIDE_TENSORS = 6  # tensors in and out of each part of the chain that prices a tensor's GIL share
 COST_ROUNDS, COST_SAMPLES = 3, 100
 
 
@@ -149,7 +150,10 @@ def runner_costs() -> dict[str, Any]:
       alone: a session call's own cost, which a node's profiled time lacks;
     * ``gil_ms``: a chain of those streamed over GIL_DEVICES devices: its period over
       its calls -- the calls' Python work shares one interpreter lock, which caps a
-      pipeline of many parts at one sample per (all calls x this), however many cores."""
+      pipeline of many parts at one sample per (all calls x this), however many cores;
+    * ``gil_tensor_ms``: the same chain with WIDE_TENSORS tensors into and out of each
+      part (the tiny ones copied through): what each tensor beyond one in and one out
+      adds to a call's share of the lock (each is converted and handed on in Python)."""
     import tempfile
 
     import numpy as np
@@ -160,9 +164,13 @@ def runner_costs() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="onnxsplit-calls-") as tmp:
         work = _chain([_chain_part(Path(tmp), i, WORK_ROWS) for i in range(n)], 2)
         tiny = _chain([_chain_part(Path(tmp), i, 1) for i in range(n)], GIL_DEVICES)
+        wide = _chain([_chain_part(Path(tmp), i, 1, WIDE_TENSORS) for i in range(n)],
+                      GIL_DEVICES, WIDE_TENSORS)
+    one = np.ones((1, CHAIN_WIDTH), dtype=np.float32)
     feeds = {"work": {"x0": np.ones((WORK_ROWS, CHAIN_WIDTH), dtype=np.float32)},
-             "tiny": {"x0": np.ones((1, CHAIN_WIDTH), dtype=np.float32)}}
-    chains = {"work": work, "tiny": tiny}
+             "tiny": {"x0": one},
+             "wide": {"x0": one, **{f"x0_{j}": one for j in range(1, WIDE_TENSORS)}}}
+    chains = {"work": work, "tiny": tiny, "wide": wide}
     got: dict[str, list[dict[str, float]]] = {k: [] for k in chains}
     alone: list[list[float]] = []
     for r in range(COST_ROUNDS):
@@ -176,42 +184,57 @@ def runner_costs() -> dict[str, Any]:
         return float(np.median([g[key] for g in got[k]]))
 
     session = float(np.median(time_calls(tiny, feeds["tiny"], budget_s=0.05)))
+    gil = 1e3 / median("tiny", "throughput_per_s") / n
+    # (the two chains' rounds ran side by side: their differences, round by round)
+    per_tensor = float(np.median([1e3 / w["throughput_per_s"] - 1e3 / t["throughput_per_s"]
+                                  for w, t in zip(got["wide"], got["tiny"])])) \
+        / n / (2 * (WIDE_TENSORS - 1))
     return {"handoff_ms": round(max(median("work", "latency_ms") - float(own.sum()), 0.0) / (n + 1), 6),
             "call_ms": round(max(1e3 / median("work", "throughput_per_s") - busiest, 0.0) / (n / 2), 6),
             "session_ms": round(session, 6),
-            "gil_ms": round(1e3 / median("tiny", "throughput_per_s") / n, 6),
-            "part_ms": round(float(own.mean()), 6), "calls": n, "devices": [2, GIL_DEVICES]}
+            "gil_ms": round(gil, 6), "gil_tensor_ms": round(max(per_tensor, 0.0), 6),
+            "part_ms": round(float(own.mean()), 6), "calls": n, "devices": [2, GIL_DEVICES],
+            "tensors": [1, WIDE_TENSORS]}
 
 
-def _chain_part(folder: Path, i: int, rows: int) -> Path:
-    """Part ``i`` of a cost chain: x{i+1} = x{i} @ I on ``rows`` x CHAIN_WIDTH floats."""
+def _chain_names(i: int, tensors: int) -> list[str]:
+    """The tensors into part ``i`` of a cost chain (out of part i-1)."""
+    return [f"x{i}"] + [f"x{i}_{j}" for j in range(1, tensors)]
+
+
+def _chain_part(folder: Path, i: int, rows: int, tensors: int = 1) -> Path:
+    """Part ``i`` of a cost chain: x{i+1} = x{i} @ I on ``rows`` x CHAIN_WIDTH floats,
+    and ``tensors`` - 1 more tensors copied through (Identity)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    x, y = f"x{i}", f"x{i + 1}"
+    xs, ys = _chain_names(i, tensors), _chain_names(i + 1, tensors)
     shape = [rows, CHAIN_WIDTH]
     graph = helper.make_graph(
-        [helper.make_node("MatMul", [x, "w"], [y])], f"call{i}",
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info(y, TensorProto.FLOAT, shape)],
+        [helper.make_node("MatMul", [xs[0], "w"], [ys[0]])]
+        + [helper.make_node("Identity", [x], [y]) for x, y in zip(xs[1:], ys[1:])], f"call{i}",
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape) for x in xs],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, shape) for y in ys],
         [numpy_helper.from_array(np.eye(CHAIN_WIDTH, dtype=np.float32), "w")])
-    path = folder / f"call{i}_{rows}.onnx"
+    path = folder / f"call{i}_{rows}_{tensors}.onnx"
     onnx.save(helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)]),
               path)
     return path
 
 
-def _chain(files: list[Path], devices: int):
+def _chain(files: list[Path], devices: int, tensors: int = 1):
     """Parts as one pipeline, part i on device i mod ``devices``, one thread each."""
     from .runner import Parts
 
     specs = [{"name": f"call{i}", "file": str(f), "device": f"d{i % devices}",
               "execution_provider": CPU_EP, "threads": 1, "optimization": "all", "replicas": 1,
-              "config": {}, "inputs": [{"name": f"x{i}"}], "outputs": [{"name": f"x{i + 1}"}]}
+              "config": {}, "inputs": [{"name": x} for x in _chain_names(i, tensors)],
+              "outputs": [{"name": y} for y in _chain_names(i + 1, tensors)]}
              for i, f in enumerate(files)]
-    io = {"inputs": [{"name": "x0", "dtype": "tensor(float)", "shape": None}],
-          "outputs": [{"name": f"x{len(files)}"}]}
+    io = {"inputs": [{"name": x, "dtype": "tensor(float)", "shape": None}
+                     for x in _chain_names(0, tensors)],
+          "outputs": [{"name": y} for y in _chain_names(len(files), tensors)]}
     return Parts.of_specs(specs, io)
 
 

@@ -32,7 +32,8 @@ class CallCosts:
     """What the runner adds per part call beyond the part's own time
     (calibrate.runner_costs): a sample's wait at each call (``handoff_ms``), a device's
     time per call when samples queue (``call_ms``), the share all calls take of one
-    interpreter lock (``gil_ms``), and a session call's own cost (``session_ms``), which
+    interpreter lock (``gil_ms``, a call with one tensor in and one out; ``gil_tensor_ms``
+    more for each further tensor), and a session call's own cost (``session_ms``), which
     a part's measured time holds and its nodes' profiled times lack.  The defaults, for
     a profile without the runner's calibration, were measured on a 2-core machine:
     tiny BERT's two 0.096 ms stages stream at 0.21-0.28 ms a sample and take 0.37-0.46
@@ -43,9 +44,10 @@ class CallCosts:
     call_ms: float = 0.1
     gil_ms: float = 0.04
     session_ms: float = 0.0
+    gil_tensor_ms: float = 0.002
     measured: bool = False
 
-    KEYS = ("handoff_ms", "call_ms", "gil_ms", "session_ms")
+    KEYS = ("handoff_ms", "call_ms", "gil_ms", "session_ms", "gil_tensor_ms")
 
     @classmethod
     def of(cls, cpu_rec: Mapping[str, Any] | None) -> "CallCosts":
@@ -55,6 +57,15 @@ class CallCosts:
                 or not got["gil_ms"] > 0:
             return cls()
         return cls(*(float(got[k]) for k in cls.KEYS), measured=True)
+
+    def tensors_ms(self, tensors: int) -> float:
+        """What a call's ``tensors`` (in and out in all) beyond one each way add to the
+        runner's Python work for it: a sample alone waits this long too."""
+        return self.gil_tensor_ms * max(tensors - 2, 0)
+
+    def lock_ms(self, tensors: int) -> float:
+        """A call's share of the interpreter lock, with ``tensors`` in and out in all."""
+        return self.gil_ms + self.tensors_ms(tensors)
 
     def as_dict(self) -> dict[str, Any]:
         return {**{k: getattr(self, k) for k in self.KEYS}, "measured": self.measured}
@@ -192,7 +203,9 @@ def parts_prediction(parts: list[Mapping[str, Any]], part_ms: list[float], costs
     there.  Both figures are the runner's schedule simulated (:func:`simulate_runner`):
     throughput with its samples in flight, each part slowed by ``squeeze`` (device -> how
     much its busy neighbours slow it: the copies' calibration) plus ``call_ms``, and at
-    most one sample per all calls x ``gil_ms``; latency with one sample alone.  One part
+    most one sample per all calls' share of the interpreter lock (:meth:`CallCosts.lock_ms`
+    of their tensors); latency with one sample alone, each call's tensors handled in
+    its turn (:meth:`CallCosts.tensors_ms`).  One part
     run on its own (a plan in one session) has no hand-offs."""
     squeeze = squeeze or {}
     if len(parts) == 1 and int(parts[0].get("replicas") or 1) == 1:
@@ -202,7 +215,9 @@ def parts_prediction(parts: list[Mapping[str, Any]], part_ms: list[float], costs
     deps = [sorted({producer[t["name"]] for t in p["inputs"] if t["name"] in producer})
             for p in parts]
     devices = [p["device"] for p in parts]
-    alone = simulate_runner(devices, list(part_ms), deps, costs.handoff_ms, depth=1, samples=1)
+    tensors = [len(p["inputs"]) + len(p["outputs"]) for p in parts]
+    alone = simulate_runner(devices, [ms + costs.tensors_ms(t) for ms, t in zip(part_ms, tensors)],
+                            deps, costs.handoff_ms, depth=1, samples=1)
     busy = [ms * squeeze.get(d, 1.0) + costs.call_ms for d, ms in zip(devices, part_ms)]
     load: dict[str, float] = {}
     for d, ms in zip(devices, busy):
@@ -210,7 +225,7 @@ def parts_prediction(parts: list[Mapping[str, Any]], part_ms: list[float], costs
     # (a device's own parts bound it however the samples flow; the simulation's window
     # may hold a few finishes of its start, when a device ran ahead)
     period = max(simulate_runner(devices, busy, deps, costs.handoff_ms), max(load.values()),
-                 len(parts) * costs.gil_ms)
+                 sum(costs.lock_ms(t) for t in tensors))
     return {"latency_ms": alone + costs.handoff_ms, "throughput_per_s": 1e3 / period,
             "max_load_ms": max(load.values()), "parts": len(parts), "from": "parts"}
 

@@ -438,11 +438,13 @@ def predict(workload, plan: Plan, costs: "machine.CallCosts | None" = None) -> d
     """What the plan promises, in the runner's terms (``costs``: the calibration's, else
     the defaults): each device's load plus ``call_ms`` and ``session_ms`` per call it
     makes a sample -- a plan that scatters a core's nodes over many calls pays for each
-    -- and one sample every max over devices of that, or every (all calls x ``gil_ms``):
-    the calls' Python work holds the GIL, or as the runner's schedule replayed on those
-    calls gives (:func:`_replayed_period`), where more.  Single-stream latency: each device runs its
+    -- and one sample every max over devices of that, or every all calls' share of the
+    GIL (their Python work holds it: :meth:`machine.CallCosts.lock_ms` of each call's
+    tensors), or as the runner's schedule replayed on those calls gives
+    (:func:`_replayed_period`), where more.  Single-stream latency: each device runs its
     calls serially, and the sample waits ``handoff_ms`` and ``session_ms`` at each call
-    and ``handoff_ms`` once more on its way out."""
+    (and its tensors' share: :meth:`machine.CallCosts.tensors_ms`) and ``handoff_ms``
+    once more on its way out."""
     costs = costs or machine.CallCosts()
     pieces = runner_pieces(workload, plan)
     calls = runner_calls(plan, pieces)
@@ -452,37 +454,54 @@ def predict(workload, plan: Plan, costs: "machine.CallCosts | None" = None) -> d
     busiest = max(loads[d] + calls.get(d, 0) * per_call for d in loads)
     lat = evaluate.latency(workload, plan.assignment, pieces if plan.pieces else None,
                            serial_cpus=True).value
-    period = max(busiest, total * costs.gil_ms, _replayed_period(workload, plan, pieces, per_call,
-                                                                  costs.handoff_ms))
-    return {"latency_ms": lat + total * (costs.handoff_ms + costs.session_ms) + costs.handoff_ms,
+    order, deps, tensors = _call_graph(workload, plan, pieces)
+    period = max(busiest, sum(costs.lock_ms(t) for t in tensors),
+                 _replayed_period(workload, plan, pieces, order, deps, per_call,
+                                  costs.handoff_ms))
+    return {"latency_ms": lat + total * (costs.handoff_ms + costs.session_ms) + costs.handoff_ms
+            + sum(costs.tensors_ms(t) for t in tensors),
             "throughput_per_s": 1e3 / period, "max_load_ms": max(loads.values(), default=0.0),
             "parts": total, "call_costs": costs.as_dict(),
             "single_device": best_single_device(workload)}
 
 
-def _replayed_period(workload, plan: Plan, pieces: Mapping[int, int], per_call: float,
-                     handoff_ms: float) -> float:
-    """The runner's schedule replayed (machine.simulate_runner) on the calls the exporter
-    will cut the plan into, in its order, each the profile's time of its nodes plus
-    ``per_call``: ms per sample."""
+def _call_graph(workload, plan: Plan, pieces: Mapping[int, int]
+                ) -> tuple[list[tuple[str, int]], list[list[int]], list[int]]:
+    """The calls the exporter will cut the plan into, in its order, as (device, piece):
+    each call's predecessors (indices into that order) and the tensors into and out of
+    it (a node's output counts once; at least one each way: the model's own inputs and
+    outputs are not edges)."""
     group = {int(i): (plan.assignment[int(i)], pieces[int(i)]) for i in workload.ids}
-    if len(set(group.values())) < 2:
-        return 0.0
     keys = list(dict.fromkeys(group[int(i)] for i in workload.ids))
     succ: dict[tuple[str, int], dict[tuple[str, int], None]] = {k: {} for k in keys}
+    ins: dict[tuple[str, int], set[int]] = {k: set() for k in keys}
+    outs: dict[tuple[str, int], set[int]] = {k: set() for k in keys}
     for e in workload.edges:
         a, b = group[int(e.source)], group[int(e.dest)]
         if a != b:
             succ[a][b] = None
+            ins[b].add(int(e.source))
+            outs[a].add(int(e.source))
     order = ex.part_order(keys, succ)
     at = {k: n for n, k in enumerate(order)}
-    ms = dict.fromkeys(order, per_call)
-    for i, t in zip(workload.ids, machine.node_times(workload, plan.assignment)):
-        ms[group[int(i)]] += float(t)
     deps: list[list[int]] = [[] for _ in order]
     for a in order:
         for b in succ[a]:
             deps[at[b]].append(at[a])
+    return order, deps, [max(len(ins[k]), 1) + max(len(outs[k]), 1) for k in order]
+
+
+def _replayed_period(workload, plan: Plan, pieces: Mapping[int, int],
+                     order: list[tuple[str, int]], deps: list[list[int]], per_call: float,
+                     handoff_ms: float) -> float:
+    """The runner's schedule replayed (machine.simulate_runner) on the plan's calls
+    (:func:`_call_graph`), each the profile's time of its nodes plus ``per_call``: ms
+    per sample."""
+    if len(order) < 2:
+        return 0.0
+    ms = dict.fromkeys(order, per_call)
+    for i, t in zip(workload.ids, machine.node_times(workload, plan.assignment)):
+        ms[(plan.assignment[int(i)], pieces[int(i)])] += float(t)
     return machine.simulate_runner([k[0] for k in order], [ms[k] for k in order], deps, handoff_ms)
 
 

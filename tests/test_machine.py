@@ -348,7 +348,8 @@ def test_the_machine_weighs_a_contiguous_plan_beside_a_scattered_one(monkeypatch
     assert weighed["lp_round"] == pytest.approx(1e3 / (0.6 + 3 * h))
     # with the runner's costs calibrated, those are charged: calls this cheap make the
     # scattered plan's six calls a sample bind the shared lock (6 x 0.12 ms > 0.6 + 3 x 0.015)
-    rec["runner"] = {"handoff_ms": 0.02, "call_ms": 0.01, "gil_ms": 0.12, "session_ms": 0.005}
+    rec["runner"] = {"handoff_ms": 0.02, "call_ms": 0.01, "gil_ms": 0.12, "session_ms": 0.005,
+                     "gil_tensor_ms": 0.001}
     cand = choose(prep, w, "throughput", time_limit=5)
     weighed = {c["what"].split(",")[0]: c["throughput_per_s"] for c in cand.plan.details["candidates"]}
     assert weighed["dp"] == pytest.approx(1e3 / (0.6 + 0.015))
@@ -360,13 +361,16 @@ def test_call_costs_come_from_a_whole_runner_calibration_or_not_at_all():
     """A record without the runner's costs, or with one missing or not a number, predicts
     with the defaults throughout (never a calibrated figure beside a default one)."""
     default = machine.CallCosts()
-    full = {"handoff_ms": 0.2, "call_ms": 0.3, "gil_ms": 0.05, "session_ms": 0.01}
+    full = {"handoff_ms": 0.2, "call_ms": 0.3, "gil_ms": 0.05, "session_ms": 0.01,
+            "gil_tensor_ms": 0.004}
     assert machine.CallCosts.of(None) == default
     for broken in ({"gil_ms": None}, {"gil_ms": 0.0}, {"call_ms": float("nan")}, {"session_ms": -1.0}):
         assert machine.CallCosts.of({"runner": {**full, **broken}}) == default
-    assert machine.CallCosts.of({"runner": {k: v for k, v in full.items() if k != "session_ms"}}) == default
+    for key in ("session_ms", "gil_tensor_ms"):  # (a record from before it was measured)
+        assert machine.CallCosts.of({"runner": {k: v for k, v in full.items() if k != key}}) == default
     got = machine.CallCosts.of({"runner": full})
-    assert (got.handoff_ms, got.call_ms, got.gil_ms, got.session_ms, got.measured) == (0.2, 0.3, 0.05, 0.01, True)
+    assert (got.handoff_ms, got.call_ms, got.gil_ms, got.session_ms, got.gil_tensor_ms,
+            got.measured) == (0.2, 0.3, 0.05, 0.01, 0.004, True)
 
 
 def test_a_plans_prediction_charges_each_call_what_was_calibrated():
@@ -385,25 +389,47 @@ def test_a_plans_prediction_charges_each_call_what_was_calibrated():
     assert got["throughput_per_s"] == pytest.approx(1e3 / (6 * 1.5))
 
 
+def test_a_calls_share_of_the_lock_grows_with_its_tensors():
+    """Three nodes on cpu0 each feed the node on cpu1: each core makes one call, with
+    three tensors out of cpu0's (and one in: the model's input) and three into cpu1's
+    (and one out), so each call holds the lock for gil_ms + 2 x gil_tensor_ms."""
+    from onnxsplit.plan import Plan
+    from onnxsplit.workflow import predict
+
+    w = Workload.from_paper_json(workload([node(i, cpu=0.01, acc=0.01, supported=False) for i in range(4)],
+                                          [edge(i, 3, 0.0) for i in range(3)], k=0, l=2))
+    fan_in = Plan("throughput", "x", "feasible", 0.03, {0: "cpu0", 1: "cpu0", 2: "cpu0", 3: "cpu1"})
+    got = predict(w, fan_in, machine.CallCosts(0.0, 0.0, 1.5, 0.0, 0.5))
+    assert got["parts"] == 2
+    assert got["throughput_per_s"] == pytest.approx(1e3 / (2 * (1.5 + 2 * 0.5)))
+    # a sample alone: its four nodes, and each call's two further tensors handled in turn
+    assert got["latency_ms"] == pytest.approx(4 * 0.01 + 2 * 2 * 0.5)
+    got = predict(w, fan_in, machine.CallCosts(0.0, 0.0, 1.5, 0.0, 0.0))
+    assert got["throughput_per_s"] == pytest.approx(1e3 / 3.0)
+
+
 def test_a_written_plan_is_predicted_from_its_parts_own_times():
     """Parts A (d0) -> B (d1), A -> C (d0), B and C -> D (d1), timed 1, 2, 3 and 4 ms:
-    alone, A ends at 1.1, B at 3.2, C (d0 free at 1.1) at 4.2, D at 4.3 + 4 = 8.3, out at
-    8.4; streamed, d1 is busiest: 2 + 4 (x 1.5 for its busy neighbour) + 2 calls x 0.2."""
+    alone, A ends at 1.1, B at 3.2, C (d0 free at 1.1) at 4.2, D (its third tensor 0.05
+    more) at 4.3 + 4.05 = 8.35, out at 8.45; streamed, d1 is busiest: 2 + 4 (x 1.5 for
+    its busy neighbour) + 2 calls x 0.2."""
     def part(name, device, inputs, outputs):
         return {"name": name, "device": device, "inputs": [{"name": t} for t in inputs],
                 "outputs": [{"name": t} for t in outputs]}
 
     parts = [part("A", "d0", ["x"], ["a"]), part("B", "d1", ["a"], ["b"]),
              part("C", "d0", ["a"], ["c"]), part("D", "d1", ["b", "c"], ["y"])]
-    costs = machine.CallCosts(handoff_ms=0.1, call_ms=0.2, gil_ms=0.05)
+    costs = machine.CallCosts(handoff_ms=0.1, call_ms=0.2, gil_ms=0.05, gil_tensor_ms=0.05)
     got = machine.parts_prediction(parts, [1.0, 2.0, 3.0, 4.0], costs)
-    assert got["latency_ms"] == pytest.approx(8.4)
+    assert got["latency_ms"] == pytest.approx(8.45)
     assert got["throughput_per_s"] == pytest.approx(1e3 / 6.4)
     got = machine.parts_prediction(parts, [1.0, 2.0, 3.0, 4.0], costs, {"d1": 1.5})
     assert got["throughput_per_s"] == pytest.approx(1e3 / 9.4)
-    # the shared lock binds where calls are many and short
-    got = machine.parts_prediction(parts, [0.01] * 4, machine.CallCosts(0.1, 0.01, 0.5))
-    assert got["throughput_per_s"] == pytest.approx(1e3 / 2.0)
+    # the shared lock binds where calls are many and short: 0.5 ms a call, and D's
+    # third tensor 0.25 ms more
+    got = machine.parts_prediction(parts, [0.01] * 4,
+                                   machine.CallCosts(0.1, 0.01, 0.5, gil_tensor_ms=0.25))
+    assert got["throughput_per_s"] == pytest.approx(1e3 / 2.25)
     # one part alone (a plan in one session) runs with no hand-off
     alone = machine.parts_prediction([part("S", "s", ["x"], ["y"])], [2.5], costs)
     assert (alone["latency_ms"], alone["throughput_per_s"]) == (2.5, 400.0)
@@ -484,13 +510,18 @@ def test_the_runner_costs_are_what_its_chains_take_beyond_their_parts_own_times(
     real = runner.measure_pipeline
 
     def fake_pipeline(parts, feeds, samples, warmup):
-        devices = len(parts.devices)
-        if devices not in seen:
-            seen[devices] = real(parts, feeds, 3, 1)
-            assert np.array_equal(parts.run(feeds)["x16"], feeds["x0"])
+        devices, tensors = len(parts.devices), len(parts.parts[0]["inputs"])
+        if (devices, tensors) not in seen:
+            seen[devices, tensors] = real(parts, feeds, 3, 1)
+            out = parts.run(feeds)
+            for name in feeds:
+                assert np.array_equal(out[name.replace("x0", "x16")], feeds[name]), name
+            assert len(out) == len(feeds) == tensors
             assert [p["device"] for p in parts.parts] == [f"d{i % devices}" for i in range(16)]
-        return {2: {"latency_ms": 18.7, "throughput_per_s": 1e3 / 9.6},
-                4: {"latency_ms": 9.0, "throughput_per_s": 1e3 / 0.8}}[devices]
+            assert all(len(p["outputs"]) == tensors for p in parts.parts)
+        return {(2, 1): {"latency_ms": 18.7, "throughput_per_s": 1e3 / 9.6},
+                (4, 1): {"latency_ms": 9.0, "throughput_per_s": 1e3 / 0.8},
+                (4, 6): {"latency_ms": 9.0, "throughput_per_s": 1e3 / 1.6}}[devices, tensors]
 
     def fake_alone(parts, feeds, budget_s):
         return [1.0 if len(parts.devices) == 2 else 0.01] * len(parts.parts)
@@ -498,10 +529,13 @@ def test_the_runner_costs_are_what_its_chains_take_beyond_their_parts_own_times(
     monkeypatch.setattr(runner, "measure_pipeline", fake_pipeline)
     monkeypatch.setattr(runner, "time_calls", fake_alone)
     got = cal.runner_costs()
-    assert sorted(seen) == [2, cal.GIL_DEVICES] == [2, 4]
+    assert sorted(seen) == [(2, 1), (cal.GIL_DEVICES, 1), (cal.GIL_DEVICES, cal.WIDE_TENSORS)] \
+        == [(2, 1), (4, 1), (4, 6)]
     assert all(np.isfinite(m["latency_ms"]) and m["latency_ms"] > 0 for m in seen.values())
     assert got["handoff_ms"] == pytest.approx((18.7 - 16.0) / 17, rel=1e-5)
     assert got["call_ms"] == pytest.approx((9.6 - 8.0) / 8, rel=1e-5)
     assert got["gil_ms"] == pytest.approx(0.8 / 16, rel=1e-5)
+    # the wide chain's 10 more tensors a call: (1.6 - 0.8) / 16 calls / 10
+    assert got["gil_tensor_ms"] == pytest.approx(0.8 / 16 / 10, rel=1e-4)
     assert got["session_ms"] == pytest.approx(0.01, rel=1e-5)
     assert machine.CallCosts.of({"runner": got}).measured
