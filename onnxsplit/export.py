@@ -122,6 +122,13 @@ def make_parts(graph: OpGraph, device_of: Mapping[str, str], providers: Mapping[
     return parts
 
 
+def part_deps(inputs: list[list[str]], outputs: list[list[str]]) -> list[list[int]]:
+    """Each part's producers (indices into the parts), from the tensor names into and
+    out of each, as a manifest lists them (a name no part makes is a model input)."""
+    producer = {o: i for i, names in enumerate(outputs) for o in names}
+    return [sorted({producer[t] for t in names if t in producer}) for names in inputs]
+
+
 def part_order(keys, succ) -> list:
     """Kahn's order of the parts (earliest first node first); SplitError naming a cycle."""
     import heapq

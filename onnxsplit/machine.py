@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import calibrate as cal
+from .export import part_deps
 from .plan import Plan
 from .solve import evaluate
 
@@ -211,9 +212,8 @@ def parts_prediction(parts: list[Mapping[str, Any]], part_ms: list[float], costs
     if len(parts) == 1 and int(parts[0].get("replicas") or 1) == 1:
         ms = max(part_ms[0], 1e-9)  # (a clock that did not tick)
         return {"latency_ms": ms, "throughput_per_s": 1e3 / ms, "parts": 1, "from": "parts"}
-    producer = {o["name"]: i for i, p in enumerate(parts) for o in p["outputs"]}
-    deps = [sorted({producer[t["name"]] for t in p["inputs"] if t["name"] in producer})
-            for p in parts]
+    deps = part_deps([[t["name"] for t in p["inputs"]] for p in parts],
+                     [[t["name"] for t in p["outputs"]] for p in parts])
     devices = [p["device"] for p in parts]
     tensors = [len(p["inputs"]) + len(p["outputs"]) for p in parts]
     alone = simulate_runner(devices, [ms + costs.tensors_ms(t) for ms, t in zip(part_ms, tensors)],

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from .errors import OnnxsplitError
-from .export import FORMAT, MANIFEST
+from .export import FORMAT, MANIFEST, part_deps
 from .profile.devices import CPU_EP
 from .profile.measure import session_options
 
@@ -305,9 +305,7 @@ class Parts:
         self._out_names = [[o["name"] for o in p["outputs"]] if p.get("outputs") is not None
                            else [o.name for o in s[0].get_outputs()]
                            for p, s in zip(self.parts, self.sessions)]
-        producer = {o: i for i, names in enumerate(self._out_names) for o in names}
-        self._deps = [sorted({producer[t] for t in names if t in producer})
-                      for names in self._input_names]
+        self._deps = part_deps(self._input_names, self._out_names)
         self._consumers: list[list[int]] = [[] for _ in self.parts]
         for i, deps in enumerate(self._deps):
             for d in deps:
