@@ -469,6 +469,13 @@ def _run(args) -> int:
     if ratios:
         print("  (vs onnxsplit: its throughput over the row's, the row's latency over its; above "
               "1: onnxsplit is faster)")
+    err = result.get("prediction_error")
+    if err:
+        print(f"prediction: measured over predicted {err['throughput']:+.0%} throughput, "
+              f"{err['latency']:+.0%} latency")
+    for name, d in (result.get("drift") or {}).items():
+        print(f"  the machine since the prediction: {name} measured {d['throughput']:+.0%} throughput, "
+              f"{d['latency']:+.0%} latency against the calibration's figures")
     return 1 if bad else 0
 
 

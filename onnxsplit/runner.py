@@ -683,6 +683,12 @@ MIN_ROUND_S = 1.0
 MAX_ROUND_SAMPLES = 1000
 
 
+def default_session_name(ep: str) -> str:
+    """The baseline name of onnxruntime's default session on ``ep``."""
+    short = "cpu" if ep == CPU_EP else ep.removesuffix("ExecutionProvider").lower()
+    return f"ort_default_{short}"
+
+
 def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = None
                   ) -> dict[str, tuple[str, dict[str, Any]]]:
     """What a user runs instead of onnxsplit, name -> (EP, how ``Parts.whole`` runs it):
@@ -695,12 +701,12 @@ def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = No
 
     cores = os.cpu_count() or 1
     runs: dict[str, tuple[str, dict[str, Any]]] = {
-        "ort_default_cpu": (CPU_EP, {"threads": 0}),
+        default_session_name(CPU_EP): (CPU_EP, {"threads": 0}),
         f"ort_replicas_cpu_{cores}x1": (CPU_EP, {"threads": 1, "replicas": cores}),
     }
     for ep in dict.fromkeys(accelerators):
         short = ep.removesuffix("ExecutionProvider").lower()
-        runs[f"ort_default_{short}"] = (ep, {"threads": 0})
+        runs[default_session_name(ep)] = (ep, {"threads": 0})
         if capacity_kb is not None and ep == "CUDAExecutionProvider":
             setting = f"{int(capacity_kb)},"
             runs[f"ort_capacity_{short}"] = (ep, {"threads": 0, "config": {
@@ -892,8 +898,17 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
         result["ratios"] = _ratios(result["measured"], base)
         pred = result["predicted"] or {}
         if pred.get("throughput_per_s") and pred.get("latency_ms"):
-            m = result["measured"]
-            result["prediction_error"] = {
-                "throughput": m["throughput_per_s"] / pred["throughput_per_s"] - 1,
-                "latency": m["latency_ms"] / pred["latency_ms"] - 1}
+            result["prediction_error"] = _errors(result["measured"], pred)
+        # the machine's own drift since the split was predicted: a default session
+        # measured now against the calibration's figure for it
+        drift = {name: _errors(base[name], cal) for name, cal in (pred.get("baselines") or {}).items()
+                 if "error" not in base.get(name, {"error": None})}
+        if drift:
+            result["drift"] = drift
     return result
+
+
+def _errors(measured: Mapping[str, Any], predicted: Mapping[str, Any]) -> dict[str, float]:
+    """Measured over predicted, less one: throughput and latency."""
+    return {"throughput": measured["throughput_per_s"] / predicted["throughput_per_s"] - 1,
+            "latency": measured["latency_ms"] / predicted["latency_ms"] - 1}

@@ -394,6 +394,22 @@ def _session_ready(prep: Prepared, plan: Plan) -> bool:
     return session_ready(providers, set(plan.assignment.values()))
 
 
+def _calibrated_defaults(prep: Prepared) -> dict[str, dict[str, float]]:
+    """onnxruntime's default session on each calibrated device, as the calibration
+    measured it, under the name ``run`` measures it by: ``run`` then shows how far the
+    machine itself moved between the prediction and the measurement."""
+    from .runner import default_session_name
+
+    eps = {"cpu": CPU_EP, "acc": getattr(prep.accelerator, "execution_provider", None)}
+    out = {}
+    for kind, rec in prep.as_run.items():
+        d = (rec or {}).get("default") or {}
+        if eps.get(kind) and all(isinstance(d.get(k), (int, float)) and d[k] > 0
+                                 for k in ("latency_ms", "throughput_per_s")):
+            out[default_session_name(eps[kind])] = {k: float(d[k]) for k in ("latency_ms", "throughput_per_s")}
+    return out
+
+
 def _predicted(cand, costs: "machine.CallCosts") -> dict[str, Any]:
     """What a split candidate promises in the runner's terms."""
     w, plan = cand.workload, cand.plan
@@ -668,6 +684,9 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
     else:
         predicted = predict(workload, plan)
     predicted["single_device"] = best_single_device(prep.workload)
+    calibrated = _calibrated_defaults(prep)
+    if calibrated:
+        predicted["baselines"] = calibrated
     if prep.accelerator is not None and not machine.accelerator_fits(prep.workload):
         predicted["accelerator_memory"] = float(prep.workload.accelerator_memory)
     plan.details["execution"] = execution

@@ -913,12 +913,32 @@ def test_run_parts_measures_and_checks(late_parts):
         assert b["latency_ms"] == pytest.approx(np.median(theirs["latency_ms"]))
     assert base["ort_default_cpu"]["threads"] == 0
     assert base[f"ort_replicas_cpu_{os.cpu_count()}x1"]["replicas"] == os.cpu_count()
+    assert "drift" not in r  # (no calibration's figures in this manifest)
     # an explicit model path that is not there
     with pytest.raises(RunError, match="is not there"):
         run_parts(e.out, model=Path(e.out) / "nope.onnx", measure=False)
     # explicit feeds: the same as onnxruntime on the original
     feeds = make_feeds(g, np.random.default_rng(7))
     assert run_parts(e.out, feeds=feeds, measure=False)["verify"]["max_abs_error"] < ATOL
+
+
+def test_run_weighs_the_default_session_against_its_calibrated_figures(late_parts):
+    """A manifest holding the calibration's figures for the default session: `run`
+    reports the measured session over them (the machine's drift since the prediction),
+    only for the sessions it measured."""
+    _, _, e = late_parts
+    path = Path(e.out) / MANIFEST
+    manifest = json.loads(path.read_text())
+    calibrated = {"ort_default_cpu": {"latency_ms": 0.5, "throughput_per_s": 3000.0},
+                  "ort_default_cuda": {"latency_ms": 0.1, "throughput_per_s": 9000.0}}
+    manifest["predicted"] = dict(manifest.get("predicted") or {}, baselines=calibrated)
+    path.write_text(json.dumps(manifest))
+    r = run_parts(e.out, samples=3, warmup=1)
+    got = r["baselines"]["ort_default_cpu"]
+    assert set(r["drift"]) == {"ort_default_cpu"}
+    assert r["drift"]["ort_default_cpu"] == {
+        "throughput": pytest.approx(got["throughput_per_s"] / 3000.0 - 1),
+        "latency": pytest.approx(got["latency_ms"] / 0.5 - 1)}
 
 
 def test_random_feeds_and_compare_outputs():

@@ -55,6 +55,9 @@ def test_split_tiny_bert_reproduces_the_model(tmp_path, capsys):
     # measured: onnxruntime's default session, or copies of the model side by side
     cache = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())
     as_run = cache["entries"][0]["as_run"]
+    # the default session as calibrated, kept for `run` to weigh the machine's own drift
+    assert res["predicted"]["baselines"] == {"ort_default_cpu": {
+        k: pytest.approx(as_run["default"][k]) for k in ("latency_ms", "throughput_per_s")}}
     whole = [as_run["default"]["throughput_per_s"]] + \
         [r["throughput_per_s"] for r in as_run["replicas"].values() if r["copies"] > 1]
     if plan["method"] == "whole":

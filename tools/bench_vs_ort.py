@@ -89,9 +89,7 @@ def bench(model: str, shapes: str, objective: str, devices: str | None, samples:
     meas = _metric(run["measured"], objective)
     pred = _metric(run["predicted"], objective)
     plan = split["plan"]
-    calibrated = next((c for c in (plan.get("details") or {}).get("candidates") or []
-                       if c["what"] == "onnxruntime's default session on the CPU"), None)
-    ort_cal, ort_meas = _metric(calibrated, objective), _metric(rows["ort"], objective)
+    drift = (run.get("drift") or {}).get(names["ort"] or "", {}).get(objective)
     return {
         "model": Path(model).stem, "objective": objective,
         "plan": f"{plan['method']}/{split['run_as']}/{len(split['parts'])}p "
@@ -99,7 +97,7 @@ def bench(model: str, shapes: str, objective: str, devices: str | None, samples:
         "measured": meas, "predicted": pred,
         "error": None if code_run == 0 and code == 0 else "check failed",
         "prediction_error": meas / pred - 1 if meas and pred else None,
-        "ort_drift": ort_meas / ort_cal - 1 if ort_meas and ort_cal else None,
+        "ort_drift": drift,
         "baselines": {k: _metric(v, objective) for k, v in rows.items()},
         "ratios": {k: paired[k] if paired[k] is not None
                    else _better(meas, _metric(v, objective), objective) for k, v in rows.items()},
