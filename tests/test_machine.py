@@ -176,7 +176,7 @@ def test_a_nan_the_original_lacks_fails_the_check():
 def test_main_command_is_never_the_slower_of_its_own_candidates(tmp_path, monkeypatch):
     """The written plan is the best of the candidates it weighed (or a split promising
     1.1x the best whole one): its prediction against the calibration in the cache."""
-    from onnxsplit.workflow import MIN_CONFIG_GAIN, MIN_SPLIT_GAIN, split
+    from onnxsplit.workflow import COPIES_OVER_DEFAULT, MIN_CONFIG_GAIN, MIN_SPLIT_GAIN, split
 
     monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
     model = mlp(tmp_path / "m.onnx", layers=4, batch=16, width=128)
@@ -188,10 +188,14 @@ def test_main_command_is_never_the_slower_of_its_own_candidates(tmp_path, monkey
                 if r["copies"] > 1 or int(t) < rec["cores"]])
     got = res["predicted"]["throughput_per_s"]
     default = rec["default"]["throughput_per_s"]
+    copies = max((r["throughput_per_s"] for r in rec["replicas"].values() if r["copies"] > 1),
+                 default=None)
     # the best whole way, or the default session where that is one session within
-    # MIN_CONFIG_GAIN of it, or a split promising MIN_SPLIT_GAIN times the best
+    # MIN_CONFIG_GAIN of it, or copies within COPIES_OVER_DEFAULT of the default, or a
+    # split promising MIN_SPLIT_GAIN times the best
     assert got == pytest.approx(best) or got >= MIN_SPLIT_GAIN * best or \
-        (got == pytest.approx(default) and default * MIN_CONFIG_GAIN >= best)
+        (got == pytest.approx(default) and default * MIN_CONFIG_GAIN >= best) or \
+        (got == pytest.approx(copies) and copies * COPIES_OVER_DEFAULT > default)
     manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
     ex = res["execution"]
     assert all(p["threads"] == ex["cpu_threads"] and p["replicas"] == ex["replicas"]
@@ -235,6 +239,25 @@ def test_copies_side_by_side_win_wherever_they_promise_more():
     prep = Prepared(None, None, None, w, {}, {"cpu": rec}, {"cpu": float(w.cpu_latency.sum())})
     cand = choose(prep, w, "throughput", time_limit=5)
     assert cand.execution["replicas"] == 2 and cand.predicted["throughput_per_s"] == 103.0
+
+
+@pytest.mark.parametrize("copies,chosen", [(99.0, 2), (96.0, 2), (94.0, 1), (80.0, 1)])
+def test_copies_stay_unless_the_default_session_promises_clearly_more(copies, chosen):
+    """Throughput on 2 cores, the default session at 100/s: copies promising 99/s or
+    96/s are kept (within COPIES_OVER_DEFAULT: 100 < 1.05 x 96 = 100.8), 94/s or 80/s
+    are not (100 > 98.7)."""
+    from onnxsplit.workflow import COPIES_OVER_DEFAULT, Prepared, choose
+
+    assert COPIES_OVER_DEFAULT == 1.05
+    w = Workload.from_paper_json(diamond(k=0, l=2))
+    rec = record(10.0, {1: 18.0, 2: 10.0}, {1: (2, copies)})
+    prep = Prepared(None, None, None, w, {}, {"cpu": rec}, {"cpu": float(w.cpu_latency.sum())})
+    cand = choose(prep, w, "throughput", time_limit=5)
+    assert cand.execution["replicas"] == chosen
+    assert cand.predicted["throughput_per_s"] == (copies if chosen == 2 else 100.0)
+    assert ("kept over onnxruntime's default session" in cand.plan.details["why"]) is (chosen == 2)
+    # latency: copies do not cut it, the default session stays
+    assert choose(prep, w, "latency", time_limit=5).execution["replicas"] == 1
 
 
 def test_compare_lists_the_model_kept_whole_as_onnxruntime_runs_it(tmp_path, capsys, monkeypatch):
