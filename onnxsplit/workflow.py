@@ -57,8 +57,9 @@ MIN_CONFIG_GAIN = 1.1
 # for throughput, copies side by side are kept over onnxruntime's default session unless
 # it promises this much more: paired in the same rounds, copies measured at or above the
 # default session on every held-out model, and a multi-threaded session's figure moves
-# the most with a shared machine (each intra-op barrier waits for its slowest thread;
-# copies slow one at a time) -- GPT-2's default session once calibrated 2% above its
+# the most with a shared machine (each intra-op barrier waits for its slowest thread,
+# and the default session pins its threads to cores, as onnxruntime's threading guide
+# says, so a busy neighbour's core holds it back; copies slow one at a time) -- GPT-2's default session once calibrated 2% above its
 # copies and then measured 17% below them (tools/bench_vs_ort.py)
 COPIES_OVER_DEFAULT = 1.05
 PLAN_FILE = "plan.json"
