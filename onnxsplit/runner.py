@@ -689,6 +689,11 @@ def default_session_name(ep: str) -> str:
     return f"ort_default_{short}"
 
 
+def copies_name(cores: int) -> str:
+    """The baseline name of one single-thread copy of the model per core."""
+    return f"ort_replicas_cpu_{cores}x1"
+
+
 def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = None
                   ) -> dict[str, tuple[str, dict[str, Any]]]:
     """What a user runs instead of onnxsplit, name -> (EP, how ``Parts.whole`` runs it):
@@ -702,7 +707,7 @@ def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = No
     cores = os.cpu_count() or 1
     runs: dict[str, tuple[str, dict[str, Any]]] = {
         default_session_name(CPU_EP): (CPU_EP, {"threads": 0}),
-        f"ort_replicas_cpu_{cores}x1": (CPU_EP, {"threads": 1, "replicas": cores}),
+        copies_name(cores): (CPU_EP, {"threads": 1, "replicas": cores}),
     }
     for ep in dict.fromkeys(accelerators):
         short = ep.removesuffix("ExecutionProvider").lower()

@@ -411,20 +411,24 @@ def _session_ready(prep: Prepared, plan: Plan) -> bool:
     return session_ready(providers, set(plan.assignment.values()))
 
 
-def _calibrated_defaults(prep: Prepared) -> dict[str, dict[str, float]]:
-    """onnxruntime's default session on each calibrated device, as the calibration
-    measured it, under the name ``run`` measures it by: ``run`` then shows how far the
-    machine itself moved between the prediction and the measurement."""
-    from .runner import default_session_name
+def _calibrated_baselines(prep: Prepared) -> dict[str, dict[str, float]]:
+    """onnxruntime's default session on each calibrated device, and one single-thread
+    copy per core, as the calibration measured them, under the names ``run`` measures
+    them by: ``run`` then shows how far the machine itself moved between the
+    prediction and the measurement."""
+    from .runner import copies_name, default_session_name
 
+    keys = ("latency_ms", "throughput_per_s")
     eps = {"cpu": CPU_EP, "acc": getattr(prep.accelerator, "execution_provider", None)}
-    out = {}
+    found = {}
     for kind, rec in prep.as_run.items():
-        d = (rec or {}).get("default") or {}
-        if eps.get(kind) and all(isinstance(d.get(k), (int, float)) and d[k] > 0
-                                 for k in ("latency_ms", "throughput_per_s")):
-            out[default_session_name(eps[kind])] = {k: float(d[k]) for k in ("latency_ms", "throughput_per_s")}
-    return out
+        if eps.get(kind):
+            found[default_session_name(eps[kind])] = (rec or {}).get("default")
+        copies = ((rec or {}).get("replicas") or {}).get("1") or {}
+        if kind == "cpu" and copies.get("copies", 1) > 1:
+            found[copies_name(int(copies["copies"]))] = copies
+    return {name: {k: float(got[k]) for k in keys} for name, got in found.items()
+            if got and all(isinstance(got.get(k), (int, float)) and got[k] > 0 for k in keys)}
 
 
 def _predicted(cand, costs: "machine.CallCosts") -> dict[str, Any]:
@@ -701,7 +705,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
     else:
         predicted = predict(workload, plan)
     predicted["single_device"] = best_single_device(prep.workload)
-    calibrated = _calibrated_defaults(prep)
+    calibrated = _calibrated_baselines(prep)
     if calibrated:
         predicted["baselines"] = calibrated
     if prep.accelerator is not None and not machine.accelerator_fits(prep.workload):
