@@ -169,7 +169,7 @@ def runner_costs() -> dict[str, Any]:
     one = np.ones((1, CHAIN_WIDTH), dtype=np.float32)
     feeds = {"work": {"x0": np.ones((WORK_ROWS, CHAIN_WIDTH), dtype=np.float32)},
              "tiny": {"x0": one},
-             "wide": {"x0": one, **{f"x0_{j}": one for j in range(1, WIDE_TENSORS)}}}
+             "wide": dict.fromkeys(_chain_names(0, WIDE_TENSORS), one)}
     chains = {"work": work, "tiny": tiny, "wide": wide}
     got: dict[str, list[dict[str, float]]] = {k: [] for k in chains}
     alone: list[list[float]] = []

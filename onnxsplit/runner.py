@@ -685,8 +685,7 @@ MAX_ROUND_SAMPLES = 1000
 
 def default_session_name(ep: str) -> str:
     """The baseline name of onnxruntime's default session on ``ep``."""
-    short = "cpu" if ep == CPU_EP else ep.removesuffix("ExecutionProvider").lower()
-    return f"ort_default_{short}"
+    return f"ort_default_{ep.removesuffix('ExecutionProvider').lower()}"
 
 
 def copies_name(cores: int) -> str:
@@ -904,8 +903,8 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
         pred = result["predicted"] or {}
         if pred.get("throughput_per_s") and pred.get("latency_ms"):
             result["prediction_error"] = _errors(result["measured"], pred)
-        # the machine's own drift since the split was predicted: a default session
-        # measured now against the calibration's figure for it
+        # the machine's own drift since the split was predicted: a default session (or
+        # the copies) measured now against the calibration's figure for it
         drift = {name: _errors(base[name], cal) for name, cal in (pred.get("baselines") or {}).items()
                  if "error" not in base.get(name, {"error": None})}
         if drift:

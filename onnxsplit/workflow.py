@@ -59,8 +59,9 @@ MIN_CONFIG_GAIN = 1.1
 # default session on every held-out model, and a multi-threaded session's figure moves
 # the most with a shared machine (each intra-op barrier waits for its slowest thread,
 # and the default session pins its threads to cores, as onnxruntime's threading guide
-# says, so a busy neighbour's core holds it back; copies slow one at a time) -- GPT-2's default session once calibrated 2% above its
-# copies and then measured 17% below them (tools/bench_vs_ort.py)
+# says, so a busy neighbour's core holds it back; copies slow one at a time) -- GPT-2's
+# default session once calibrated 2% above its copies and then measured 17% below them
+# (tools/bench_vs_ort.py)
 COPIES_OVER_DEFAULT = 1.05
 PLAN_FILE = "plan.json"
 
@@ -420,13 +421,11 @@ def _calibrated_baselines(prep: Prepared) -> dict[str, dict[str, float]]:
 
     keys = ("latency_ms", "throughput_per_s")
     eps = {"cpu": CPU_EP, "acc": getattr(prep.accelerator, "execution_provider", None)}
-    found = {}
-    for kind, rec in prep.as_run.items():
-        if eps.get(kind):
-            found[default_session_name(eps[kind])] = (rec or {}).get("default")
-        copies = ((rec or {}).get("replicas") or {}).get("1") or {}
-        if kind == "cpu" and copies.get("copies", 1) > 1:
-            found[copies_name(int(copies["copies"]))] = copies
+    found = {default_session_name(eps[kind]): (rec or {}).get("default")
+             for kind, rec in prep.as_run.items() if eps.get(kind)}
+    copies = ((prep.as_run.get("cpu") or {}).get("replicas") or {}).get("1") or {}
+    if copies.get("copies", 1) > 1:
+        found[copies_name(int(copies["copies"]))] = copies
     return {name: {k: float(got[k]) for k in keys} for name, got in found.items()
             if got and all(isinstance(got.get(k), (int, float)) and got[k] > 0 for k in keys)}
 
