@@ -15,7 +15,8 @@
 # weights are drawn afresh here (--refill).  Without a GPU (no .gpu/ or no nvidia-smi) it
 # runs the CPU half on the given model, to check the script.  Tables in OUT/*.txt, every
 # figure in OUT/*.json.
-set -u
+set -u -o pipefail
+STATUS=0  # a failed check, anywhere, fails the script
 OUT=${1:?usage: gpu_check.sh OUT_DIR [MODEL SHAPES]}
 mkdir -p "$OUT"
 MODEL=${2:-}
@@ -44,6 +45,7 @@ if [ -d .gpu ] && command -v nvidia-smi >/dev/null 2>&1; then
         MODEL=/tmp/m/bert_base.onnx
     fi
 fi
+[ -n "$MODEL" ] || { echo "gpu_check.sh: error: no GPU here: give MODEL and SHAPES to check the CPU half" >&2; exit 2; }
 PY=${PYTHON:-python3}
 $PY -m onnxsplit devices > "$OUT/devices.txt" 2>&1
 cat "$OUT/devices.txt"
@@ -51,7 +53,7 @@ SECONDS=0
 if [ "${ONLY:-}" != latency ]; then  # ONLY=latency: the memory-limited half alone
     echo "== throughput, detected cluster"
     timeout 270 $PY tools/bench_vs_ort.py "$MODEL:$SHAPES" --objective throughput --samples 45 \
-        --time-limit 15 --json "$OUT/whole.json" 2>&1 | tee "$OUT/whole.txt"
+        --time-limit 15 --json "$OUT/whole.json" 2>&1 | tee "$OUT/whole.txt" || STATUS=1
     echo "($SECONDS s)"
 fi
 if [ "$GPU" = 1 ]; then
@@ -72,6 +74,7 @@ EOF
     echo "== latency, GPU memory limited to 40% of the weights"
     timeout 240 $PY tools/bench_vs_ort.py "$MODEL:$SHAPES" --objective latency --samples 45 \
         --time-limit 15 --devices "$OUT/limited_cluster.json" --json "$OUT/limited.json" 2>&1 \
-        | tee "$OUT/limited.txt"
+        | tee "$OUT/limited.txt" || STATUS=1
     echo "($SECONDS s)"
 fi
+exit $STATUS
