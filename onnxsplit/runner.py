@@ -685,7 +685,12 @@ MAX_ROUND_SAMPLES = 1000
 
 def default_session_name(ep: str) -> str:
     """The baseline name of onnxruntime's default session on ``ep``."""
-    return f"ort_default_{ep.removesuffix('ExecutionProvider').lower()}"
+    return f"ort_default_{_short(ep)}"
+
+
+def _short(ep: str) -> str:
+    """``CUDAExecutionProvider`` -> ``cuda``: how baseline names spell an EP."""
+    return ep.removesuffix("ExecutionProvider").lower()
 
 
 def copies_name(cores: int) -> str:
@@ -709,7 +714,7 @@ def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = No
         copies_name(cores): (CPU_EP, {"threads": 1, "replicas": cores}),
     }
     for ep in dict.fromkeys(accelerators):
-        short = ep.removesuffix("ExecutionProvider").lower()
+        short = _short(ep)
         runs[default_session_name(ep)] = (ep, {"threads": 0})
         if capacity_kb is not None and ep == "CUDAExecutionProvider":
             setting = f"{int(capacity_kb)},"
@@ -751,7 +756,8 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
             continue
         out[name] = {"execution_provider": ep, "threads": how["threads"],
                      "replicas": how.get("replicas", 1)}
-    for name, got in measure_rounds(loaded, feeds, samples, warmup, rounds).items():
+    for name, got in measure_rounds(loaded, feeds, samples, warmup, rounds,
+                                    pair_with="onnxsplit" if plan is not None else None).items():
         if "error" in got:
             out[name] = got
         elif "error" not in out.get(name, {}):
@@ -764,12 +770,19 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
 
 
 def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], samples: int,
-                   warmup: int, rounds: int = ROUNDS, min_round_s: float = MIN_ROUND_S
-                   ) -> dict[str, dict[str, Any]]:
+                   warmup: int, rounds: int = ROUNDS, min_round_s: float = MIN_ROUND_S,
+                   pair_with: str | None = None) -> dict[str, dict[str, Any]]:
     """Each of ``loaded`` measured in ``rounds`` rounds, all in turn each round, the order
     varied (:func:`round_order`: a shared machine's slow minute then hits all alike, and
-    none always runs right after the copies): medians over the rounds, or the error."""
+    none always runs right after the copies): medians over the rounds, or the error.
+
+    ``pair_with`` (the plan's name): each other session is measured right beside a
+    measurement of it (:func:`paired_order`), which ``beside`` keeps per session, so a
+    ratio to the plan pairs figures taken seconds apart, not a round apart: on this
+    shared 2-core machine identical copies of small_bert measured 0.87-1.23x apart in
+    turn and 0.94-1.03x in adjacent pairs (8 runs each)."""
     got: dict[str, list[dict[str, float]]] = {name: [] for name in loaded}
+    beside: dict[str, list[dict[str, float]]] = {name: [] for name in loaded}
     out: dict[str, dict[str, Any]] = {}
     per_round: dict[str, int] = {}
     for name, parts in loaded.items():  # a round lasts at least min_round_s: a fast model's
@@ -783,21 +796,42 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
         per_round[name] = max(1, samples // max(rounds, 1),
                               min(MAX_ROUND_SAMPLES, int(min_round_s / once)))
     names = list(loaded)
+    keys = ("latency_ms", "throughput_per_s")
     for r in range(max(rounds, 1)):
-        for name in round_order(names, r):
-            parts = loaded[name]
-            if name in out:
+        for group in paired_order(names, r, pair_with if pair_with not in out else None):
+            if any(name in out for name in group):
                 continue
-            try:
-                got[name].append(measure_pipeline(parts, feeds, per_round[name], warmup))
-            except RunError as e:
-                out[name] = {"error": str(e)}
+            for name in group:
+                try:
+                    got[name].append(measure_pipeline(loaded[name], feeds, per_round[name], warmup))
+                except RunError as e:
+                    out[name] = {"error": str(e)}
+                    break
+            else:
+                if len(group) == 2:  # the plan's measurement beside the other's
+                    other = group[1] if group[0] == pair_with else group[0]
+                    beside[other].append(got[pair_with][-1])
     for name, runs in got.items():
         if runs and name not in out:
-            out[name] = summarised({k: [float(r[k]) for r in runs]
-                                    for k in ("latency_ms", "throughput_per_s")},
+            out[name] = summarised({k: [float(r[k]) for r in runs] for k in keys},
                                    per_round[name] * len(runs))
+    if pair_with in out and "error" not in out[pair_with]:
+        out[pair_with]["beside"] = {
+            name: {k: [float(r[k]) for r in runs] for k in keys}
+            for name, runs in beside.items() if runs and "error" not in out.get(name, {"error": 1})}
     return out
+
+
+def paired_order(names: list[str], r: int, pair_with: str | None = None) -> list[tuple[str, ...]]:
+    """Round ``r`` as groups run back to back: each session alone in :func:`round_order`,
+    or with ``pair_with``, each other session beside a run of it, the two sides taking
+    turns at going first (by round and by place in it)."""
+    order = round_order(names, r)
+    if pair_with is None or pair_with not in names or len(names) < 2:
+        return [(name,) for name in order]
+    others = [name for name in order if name != pair_with]
+    return [(pair_with, name) if (r + i) % 2 == 0 else (name, pair_with)
+            for i, name in enumerate(others)]
 
 
 def summarised(by_round: Mapping[str, list[float]], samples: int) -> dict[str, Any]:
@@ -828,19 +862,21 @@ def _collect_memory_stats(model_path: str | Path, ep: str, feeds: Mapping[str, A
         raise RunError(f"collecting memory statistics failed: {' '.join(str(e).split())[:200]}") from None
 
 
-def _ratios(measured: Mapping[str, Any], base: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def paired_ratios(measured: Mapping[str, Any], base: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The plan's throughput over each baseline's, and each baseline's latency over the
-    plan's (above 1: onnxsplit is faster): the median of the rounds' ratios where both were
-    measured in the same rounds (a slow minute on a shared machine then slows both sides of
-    a ratio, not one), else the ratio of the medians."""
-    def paired(key: str, b: Mapping[str, Any], flip: bool) -> float:
-        mine, theirs = (measured.get("by_round") or {}).get(key), (b.get("by_round") or {}).get(key)
+    plan's (above 1: onnxsplit is faster): the median of the pairs' ratios, each pair the
+    baseline's round and the plan's measurement beside it (``beside``) or, without those,
+    the plan's round of the same number (a slow minute on a shared machine then slows both
+    sides of a ratio, not one); else the ratio of the medians."""
+    def paired(name: str, key: str, b: Mapping[str, Any], flip: bool) -> float:
+        mine = ((measured.get("beside") or {}).get(name) or measured.get("by_round") or {}).get(key)
+        theirs = (b.get("by_round") or {}).get(key)
         if mine and theirs and len(mine) == len(theirs):
             return float(np.median([(y / x) if flip else (x / y) for x, y in zip(mine, theirs)]))
         return b[key] / measured[key] if flip else measured[key] / b[key]
 
-    return {name: {"throughput": paired("throughput_per_s", b, False),
-                   "latency": paired("latency_ms", b, True)}
+    return {name: {"throughput": paired(name, "throughput_per_s", b, False),
+                   "latency": paired(name, "latency_ms", b, True)}
             for name, b in base.items() if "error" not in b}
 
 
@@ -899,7 +935,7 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
                          capacity_kb=int(budget / 1024) if budget else None, plan=parts, also=also)
         result["measured"] = base.pop("onnxsplit")
         result["baselines"] = base
-        result["ratios"] = _ratios(result["measured"], base)
+        result["ratios"] = paired_ratios(result["measured"], base)
         pred = result["predicted"] or {}
         if pred.get("throughput_per_s") and pred.get("latency_ms"):
             result["prediction_error"] = _errors(result["measured"], pred)

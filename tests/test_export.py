@@ -901,10 +901,15 @@ def test_run_parts_measures_and_checks(late_parts):
     # what users run instead, measured in the same run: the default session and copies
     base = r["baselines"]
     assert set(base) == {"ort_default_cpu", f"ort_replicas_cpu_{os.cpu_count()}x1"}
+    # the plan measured beside each baseline in every round: its figure is the median of all
+    assert r["measured"]["rounds"] == len(base) * ROUNDS == len(r["measured"]["by_round"]["latency_ms"])
+    assert r["measured"]["latency_ms"] == pytest.approx(np.median(r["measured"]["by_round"]["latency_ms"]))
+    assert sorted(x for b in r["measured"]["beside"].values() for x in b["latency_ms"]) \
+        == sorted(r["measured"]["by_round"]["latency_ms"])
     for name, b in base.items():
         assert b["latency_ms"] > 0 and b["throughput_per_s"] > 0
-        # each ratio: the median of the ratios within the rounds both were measured in
-        ratio, mine, theirs = r["ratios"][name], r["measured"]["by_round"], b["by_round"]
+        # each ratio: the median of the ratios of the pairs measured side by side
+        ratio, mine, theirs = r["ratios"][name], r["measured"]["beside"][name], b["by_round"]
         assert len(mine["latency_ms"]) == len(theirs["latency_ms"]) == b["rounds"] == ROUNDS
         assert ratio["throughput"] == pytest.approx(np.median(
             np.array(mine["throughput_per_s"]) / np.array(theirs["throughput_per_s"])))
