@@ -476,6 +476,9 @@ def _run(args) -> int:
     for name, d in (result.get("drift") or {}).items():
         print(f"  the machine since the prediction: {name} measured {d['throughput']:+.0%} throughput, "
               f"{d['latency']:+.0%} latency against the calibration's figures")
+    for name, d in (result.get("relative_error") or {}).items():
+        print(f"  beside {name}, as predicted: measured ratio over predicted ratio "
+              f"{d['throughput']:+.0%} throughput, {d['latency']:+.0%} latency (the machine's drift cancelled)")
     return 1 if bad else 0
 
 

@@ -945,7 +945,26 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
                  if "error" not in base.get(name, {"error": None})}
         if drift:
             result["drift"] = drift
+        relative = _relative_errors(pred, result["ratios"])
+        if relative:
+            result["relative_error"] = relative
     return result
+
+
+def _relative_errors(predicted: Mapping[str, Any], ratios: Mapping[str, Mapping[str, float]]
+                     ) -> dict[str, dict[str, float]]:
+    """The prediction's ratio to each session the calibration measured (``predicted``'s
+    ``baselines``) against the ratio this run measured in pairs, less one: what the
+    prediction says of the plan beside onnxruntime, with the machine's own drift since
+    then cancelled out (it moves both sides of a ratio)."""
+    out = {}
+    for name, cal in (predicted.get("baselines") or {}).items():
+        got = ratios.get(name)
+        if got and predicted.get("throughput_per_s") and predicted.get("latency_ms"):
+            said = {"throughput": predicted["throughput_per_s"] / cal["throughput_per_s"],
+                    "latency": cal["latency_ms"] / predicted["latency_ms"]}
+            out[name] = {k: got[k] / said[k] - 1 for k in said}
+    return out
 
 
 def _errors(measured: Mapping[str, Any], predicted: Mapping[str, Any]) -> dict[str, float]:

@@ -424,7 +424,8 @@ def _calibrated_baselines(prep: Prepared) -> dict[str, dict[str, float]]:
     found = {default_session_name(eps[kind]): (rec or {}).get("default")
              for kind, rec in prep.as_run.items() if eps.get(kind)}
     copies = ((prep.as_run.get("cpu") or {}).get("replicas") or {}).get("1") or {}
-    if copies.get("copies", 1) > 1:
+    if copies.get("copies", 1) > 1 and copies.get("optimization", "all") == "all":
+        # (copies calibrated unoptimised are not the copies `run` measures)
         found[copies_name(int(copies["copies"]))] = copies
     return {name: {k: float(got[k]) for k in keys} for name, got in found.items()
             if got and all(isinstance(got.get(k), (int, float)) and got[k] > 0 for k in keys)}

@@ -927,16 +927,21 @@ def test_run_parts_measures_and_checks(late_parts):
     assert run_parts(e.out, feeds=feeds, measure=False)["verify"]["max_abs_error"] < ATOL
 
 
-def test_run_weighs_the_default_session_against_its_calibrated_figures(late_parts):
+def test_run_weighs_the_default_session_against_its_calibrated_figures(late_parts, monkeypatch, capsys):
     """A manifest holding the calibration's figures for the default session: `run`
     reports the measured session over them (the machine's drift since the prediction),
-    only for the sessions it measured."""
+    only for the sessions it measured, and the predicted ratio to it against the
+    measured one (the prediction with the drift cancelled)."""
+    from onnxsplit import runner
+    from onnxsplit.cli import main
+
     _, _, e = late_parts
     path = Path(e.out) / MANIFEST
     manifest = json.loads(path.read_text())
     calibrated = {"ort_default_cpu": {"latency_ms": 0.5, "throughput_per_s": 3000.0},
                   "ort_default_cuda": {"latency_ms": 0.1, "throughput_per_s": 9000.0}}
-    manifest["predicted"] = dict(manifest.get("predicted") or {}, baselines=calibrated)
+    manifest["predicted"] = dict(manifest.get("predicted") or {}, baselines=calibrated,
+                                 throughput_per_s=2000.0, latency_ms=0.8)
     path.write_text(json.dumps(manifest))
     r = run_parts(e.out, samples=3, warmup=1)
     got = r["baselines"]["ort_default_cpu"]
@@ -944,6 +949,18 @@ def test_run_weighs_the_default_session_against_its_calibrated_figures(late_part
     assert r["drift"]["ort_default_cpu"] == {
         "throughput": pytest.approx(got["throughput_per_s"] / 3000.0 - 1),
         "latency": pytest.approx(got["latency_ms"] / 0.5 - 1)}
+    # the predicted ratio to that session (2000 / 3000 throughput, 0.5 / 0.8 latency)
+    # against the ratio measured in pairs
+    ratio = r["ratios"]["ort_default_cpu"]
+    assert set(r["relative_error"]) == {"ort_default_cpu"}
+    assert r["relative_error"]["ort_default_cpu"] == {
+        "throughput": pytest.approx(ratio["throughput"] / (2000 / 3000) - 1),
+        "latency": pytest.approx(ratio["latency"] / (0.5 / 0.8) - 1)}
+    monkeypatch.setattr(runner, "run_parts", lambda *a, **k: r)
+    assert main(["run", str(e.out)]) == 0
+    rel = r["relative_error"]["ort_default_cpu"]
+    assert (f"beside ort_default_cpu, as predicted: measured ratio over predicted ratio "
+            f"{rel['throughput']:+.0%} throughput, {rel['latency']:+.0%} latency") in capsys.readouterr().out
 
 
 def test_random_feeds_and_compare_outputs():

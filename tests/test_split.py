@@ -56,11 +56,12 @@ def test_split_tiny_bert_reproduces_the_model(tmp_path, capsys):
     cache = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())
     as_run = cache["entries"][0]["as_run"]
     # the default session and the copies as calibrated, kept for `run` to weigh the
-    # machine's own drift
+    # machine's own drift: the copies only where calibrated as `run` runs them, with
+    # every graph optimisation
     keys = ("latency_ms", "throughput_per_s")
     one_per_core = as_run["replicas"]["1"]
     want = {"ort_default_cpu": {k: pytest.approx(as_run["default"][k]) for k in keys}}
-    if one_per_core["copies"] > 1:
+    if one_per_core["copies"] > 1 and one_per_core["optimization"] == "all":
         want[f"ort_replicas_cpu_{one_per_core['copies']}x1"] = {
             k: pytest.approx(one_per_core[k]) for k in keys}
     assert res["predicted"]["baselines"] == want

@@ -18,9 +18,12 @@ latency in ms for the latency objective), ``err`` (measured over predicted, -1),
 over its figure in the calibration the prediction came from, -1: how far the machine
 itself moved between the split and the run -- an ``err`` near it is the machine's;
 ``cp err`` the same for the copies), ``copies`` (one single-thread copy per
-core), ``acc`` (the accelerator's default session; ``acc err`` its drift), ``cap`` (capacity-aware partitioning,
-the better of ad hoc and with memory statistics), and ``x ...`` the ratios (above 1:
-onnxsplit is faster).  Exits 1 if a check failed.
+core), ``acc`` (the accelerator's default session; ``acc err`` its drift), ``cap``
+(capacity-aware partitioning, the better of ad hoc and with memory statistics), ``x ...``
+the ratios (above 1: onnxsplit is faster), and ``rel ...`` each measured ratio over the
+one the prediction implies against that session's calibrated figure, -1: the
+prediction with the machine's drift since the split cancelled out.  Exits 1 if a check
+failed.
 
 Held-out models: ``python tools/build_heldout.py /tmp/ho`` builds ViT-S, GPT-2 (6 layers),
 T5-small's encoder and ResNet-50 (random weights).
@@ -92,6 +95,8 @@ def bench(model: str, shapes: str, objective: str, devices: str | None, samples:
     plan = split["plan"]
     drift = {k: (run.get("drift") or {}).get(names[k] or "", {}).get(objective)
              for k in ("ort", "copies", "acc")}
+    relative = {k: (run.get("relative_error") or {}).get(names[k] or "", {}).get(objective)
+                for k in ("ort", "copies", "acc")}
     return {
         "model": Path(model).stem, "objective": objective,
         "plan": f"{plan['method']}/{split['run_as']}/{len(split['parts'])}p "
@@ -100,6 +105,7 @@ def bench(model: str, shapes: str, objective: str, devices: str | None, samples:
         "error": None if code_run == 0 and code == 0 else "check failed",
         "prediction_error": meas / pred - 1 if meas and pred else None,
         "ort_drift": drift["ort"], "copies_drift": drift["copies"], "acc_drift": drift["acc"],
+        "relative_error": relative,
         "baselines": {k: _metric(v, objective) for k, v in rows.items()},
         "ratios": {k: paired[k] if paired[k] is not None
                    else _better(meas, _metric(v, objective), objective) for k, v in rows.items()},
@@ -126,7 +132,7 @@ def main(argv=None) -> int:
     results = []
     head = (f"{'model':<12} {'objective':<10} {'plan':<26} {'meas':>8} {'pred':>8} {'err':>6} "
             f"{'ort':>8} {'ort err':>7} {'copies':>8} {'cp err':>6} {'acc':>8} {'acc err':>7} {'cap':>8}  {'x ort':>6} {'x copies':>8} "
-            f"{'x acc':>6} {'x cap':>6}")
+            f"{'x acc':>6} {'x cap':>6}  {'rel ort':>7} {'rel cp':>6} {'rel acc':>7}")
     print(head, flush=True)
     for spec in args.models:
         model, _, shapes = spec.partition(":")
@@ -143,11 +149,15 @@ def main(argv=None) -> int:
                   f"{_f(r['predicted'], fmt):>8} {_f(r['prediction_error'], '+.0%'):>6} "
                   f"{_f(b['ort'], fmt):>8} {_f(r['ort_drift'], '+.0%'):>7} {_f(b['copies'], fmt):>8} {_f(r['copies_drift'], '+.0%'):>6} {_f(b['acc'], fmt):>8} "
                   f"{_f(r['acc_drift'], '+.0%'):>7} {_f(b['cap'], fmt):>8}  {_f(x['ort'], '.2f'):>6} {_f(x['copies'], '.2f'):>8} "
-                  f"{_f(x['acc'], '.2f'):>6} {_f(x['cap'], '.2f'):>6}"
+                  f"{_f(x['acc'], '.2f'):>6} {_f(x['cap'], '.2f'):>6}  "
+                  f"{_f(r['relative_error']['ort'], '+.0%'):>7} {_f(r['relative_error']['copies'], '+.0%'):>6} "
+                  f"{_f(r['relative_error']['acc'], '+.0%'):>7}"
                   + (f"  {r['error']}" if r["error"] else ""), flush=True)
     print("throughput in samples/s, latency in ms; x: onnxsplit over the baseline (above 1: "
           "onnxsplit is faster); err: measured over predicted; ort err, cp err, acc err: the "
-          "default sessions and the copies measured over their calibrated figures (the machine's own drift)")
+          "default sessions and the copies measured over their calibrated figures (the machine's own drift); "
+          "rel ...: the measured ratio to that session over the predicted one, -1 (the prediction with "
+          "the drift cancelled)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 1 if any(r.get("error") for r in results) else 0
