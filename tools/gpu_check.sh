@@ -14,18 +14,19 @@
 # the BERT-base graph (tools/build_heldout.py, weights left behind) as .gpu/models/; the
 # weights are drawn afresh here (--refill).  Without a GPU (no .gpu/ or no nvidia-smi) it
 # runs the CPU half on the given model, to check the script.  Tables in OUT/*.txt, every
-# figure in OUT/*.json.
+# figure in OUT/*.json, the machine and versions in OUT/machine.txt.
 set -u -o pipefail
 STATUS=0  # a failed check, anywhere, fails the script
 OUT=${1:?usage: gpu_check.sh OUT_DIR [MODEL SHAPES]}
 mkdir -p "$OUT"
 MODEL=${2:-}
 SHAPES=${3:-input_ids=1x128,attention_mask=1x128}
-export ONNXSPLIT_CACHE_DIR="$OUT/cache"
+export ONNXSPLIT_CACHE_DIR="$(mktemp -d)"  # a fresh profile, kept out of OUT (few files come back)
+trap 'rm -rf "$ONNXSPLIT_CACHE_DIR"' EXIT
 GPU=0
 if [ -d .gpu ] && command -v nvidia-smi >/dev/null 2>&1; then
     GPU=1
-    nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
+    nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/machine.txt" 2>&1
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl
     # onnxsplit's dependencies the image may lack (onnx_ir writes annotated.onnx's device
     # configurations), from .gpu/extra/, each only where it is missing
@@ -36,8 +37,9 @@ if [ -d .gpu ] && command -v nvidia-smi >/dev/null 2>&1; then
     python3 -c "import tarfile; tarfile.open('.gpu/ort_gpu_sm90.tar.xz').extractall('/tmp/site', filter='tar')"
     export LD_LIBRARY_PATH="$(python3 .gpu/helpers.py nvlibs):${LD_LIBRARY_PATH:-}"
     export PYTHONPATH="/tmp/site:$PWD"
-    python3 -c "import sys, onnx, numpy, numba, onnxruntime as o; print(sys.version.split()[0], 'onnx', onnx.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__, 'onnxruntime', o.__version__, o.get_available_providers())" | tee "$OUT/versions.txt"
-    python3 .gpu/helpers.py smoke > "$OUT/smoke.txt" 2>&1 || { echo "smoke test failed"; cat "$OUT/smoke.txt"; exit 1; }
+    python3 -c "import sys, onnx, numpy, numba, onnxruntime as o; print(sys.version.split()[0], 'onnx', onnx.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__, 'onnxruntime', o.__version__, o.get_available_providers())" | tee -a "$OUT/machine.txt"
+    python3 .gpu/helpers.py smoke > /tmp/smoke.txt 2>&1 || { echo "smoke test failed"; cat /tmp/smoke.txt; exit 1; }
+    cat /tmp/smoke.txt >> "$OUT/machine.txt"
     python3 -m onnxsplit.solve.precompile  # a fresh machine: the solvers' kernels, not the time limit, pay
     if [ -z "$MODEL" ]; then
         mkdir -p /tmp/m && cp .gpu/models/bert_base.onnx /tmp/m/
@@ -47,8 +49,7 @@ if [ -d .gpu ] && command -v nvidia-smi >/dev/null 2>&1; then
 fi
 [ -n "$MODEL" ] || { echo "gpu_check.sh: error: no GPU here: give MODEL and SHAPES to check the CPU half" >&2; exit 2; }
 PY=${PYTHON:-python3}
-$PY -m onnxsplit devices > "$OUT/devices.txt" 2>&1
-cat "$OUT/devices.txt"
+$PY -m onnxsplit devices 2>&1 | tee -a "$OUT/machine.txt"
 SECONDS=0
 if [ "${ONLY:-}" != latency ]; then  # ONLY=latency: the memory-limited half alone
     echo "== throughput, detected cluster"
