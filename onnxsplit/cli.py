@@ -478,7 +478,8 @@ def _run(args) -> int:
               f"{d['latency']:+.0%} latency against the calibration's figures")
     for name, d in (result.get("relative_error") or {}).items():
         print(f"  beside {name}, as predicted: measured ratio over predicted ratio "
-              f"{d['throughput']:+.0%} throughput, {d['latency']:+.0%} latency (the machine's drift cancelled)")
+              f"{d['throughput']:+.0%} throughput, {d['latency']:+.0%} latency (what the machine "
+              "moved on both sides cancels out)")
     return 1 if bad else 0
 
 
