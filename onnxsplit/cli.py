@@ -54,6 +54,8 @@ examples:
 COMMANDS = ("split", "export", "run", "serve", "solve", "compare", "evaluate", "profile", "workload",
             "devices")
 
+DRIFT_NOTED = 0.10  # `run` suggests --recalibrate where a session moved more than this
+
 
 def _methods():
     """The method registry (onnxsplit/solve/methods.py): choices and help come from it."""
@@ -220,6 +222,9 @@ def _parser() -> argparse.ArgumentParser:
     placed.add_argument("--profile", metavar="PROFILE.json",
                         help="profile file to use and add to (default: the per-user cache)")
     placed.add_argument("--force", action="store_true", help="replace an existing --out folder")
+    placed.add_argument("--recalibrate", action="store_true",
+                        help="measure the whole model as users run onnxruntime again, though the "
+                             "profile holds a calibration (when `run` shows the machine moved since)")
     placed.add_argument("--no-verify", action="store_true",
                         help="do not run the parts against the original model")
 
@@ -348,7 +353,7 @@ def _split(args) -> int:
                    input_fills=api.parse_input_values(args.input_value),
                    method=args.method, time_limit=args.time_limit, force=args.force,
                    quiet=args.quiet or args.json, verify=not args.no_verify, profile=args.profile,
-                   accelerator=args.accelerator)
+                   accelerator=args.accelerator, recalibrate=args.recalibrate)
     return _print_split(result, args.json)
 
 
@@ -360,7 +365,8 @@ def _export(args) -> int:
                          input_shapes=api.parse_input_shapes(args.input_shape), force=args.force,
                          input_fills=api.parse_input_values(args.input_value),
                          quiet=args.quiet or args.json, verify=not args.no_verify,
-                         profile=args.profile, accelerator=args.accelerator)
+                         profile=args.profile, accelerator=args.accelerator,
+                         recalibrate=args.recalibrate)
     return _print_split(result, args.json)
 
 
@@ -473,9 +479,12 @@ def _run(args) -> int:
     if err:
         print(f"prediction: measured over predicted {err['throughput']:+.0%} throughput, "
               f"{err['latency']:+.0%} latency")
-    for name, d in (result.get("drift") or {}).items():
+    drift = result.get("drift") or {}
+    for name, d in drift.items():
         print(f"  the machine since the prediction: {name} measured {d['throughput']:+.0%} throughput, "
               f"{d['latency']:+.0%} latency against the calibration's figures")
+    if any(abs(v) > DRIFT_NOTED for d in drift.values() for v in d.values()):
+        print("  (split again with --recalibrate to measure the machine as it runs now)")
     for name, d in (result.get("relative_error") or {}).items():
         print(f"  beside {name}, as predicted: measured ratio over predicted ratio "
               f"{d['throughput']:+.0%} throughput, {d['latency']:+.0%} latency (what the machine "

@@ -87,12 +87,13 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
             profile: str | Path | None = None, accelerator: str | None = None,
             quiet: bool = False, input_fills: Mapping[str, float] | None = None,
             shared_weights: str = "first", activations: str = "outputs", repeats: int = 10,
-            as_run: bool = True, narrate: bool = True) -> Prepared:
+            as_run: bool = True, narrate: bool = True, recalibrate: bool = False) -> Prepared:
     """The one route from a model to a workload: import it (checked), profile what the
     profile file (default: the per-user cache) lacks and this machine can measure, build
     the workload for the devices (this machine's, or a cluster file's; an accelerator
     neither present nor profiled is estimated from its spec's peaks), check that it fits
-    their memory together, and (``as_run``) measure the whole model as users run it.
+    their memory together, and (``as_run``) measure the whole model as users run it
+    (``recalibrate``: again, where the profile entry already holds a calibration).
     ``narrate``: say each step on stderr (the main command does; a measurement's progress
     shows unless ``quiet``)."""
     silent = quiet or not narrate
@@ -117,14 +118,15 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     if not as_run:
         return Prepared(graph, cluster, acc, workload, seconds)
     t = time.perf_counter()
-    as_run, unopt = _calibrated(graph, known, cache, cluster, acc, workload, quiet)
+    as_run, unopt = _calibrated(graph, known, cache, cluster, acc, workload, quiet, recalibrate)
     seconds["calibrate"] = time.perf_counter() - t
     return Prepared(graph, cluster, acc, workload, seconds, as_run, unopt)
 
 
-def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool):
+def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again: bool = False):
     """The calibration of each device kind (``calibrate``), measured here where the profile
-    entry has none and the EP is present, and stored with the entry."""
+    entry has none (or ``again``: the machine moved since) and the EP is present, and
+    stored with the entry."""
     cpu_entry, acc_entry = pick_entries(known, cluster.cpu, acc)
     present = available_providers()
     out: dict[str, Any] = {}
@@ -136,7 +138,7 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool):
         if entry is None:
             continue
         unopt[kind] = entry.whole_model_ms.get("median")
-        record = dict(entry.as_run)
+        record = {} if again and entry.execution_provider in present else dict(entry.as_run)
         if not record and entry.execution_provider in present:
             _say(quiet, f"calibrating the whole model on {entry.execution_provider} "
                         "(as users run onnxruntime)")
@@ -859,13 +861,15 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
           method: str = "auto", time_limit: float = 30.0, force: bool = False,
           quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
           accelerator: str | None = None, feeds=None,
-          input_fills: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """Place ``model`` on the devices and write the verified parts into ``out``."""
+          input_fills: Mapping[str, float] | None = None, recalibrate: bool = False) -> dict[str, Any]:
+    """Place ``model`` on the devices and write the verified parts into ``out``
+    (``recalibrate``: measure the whole model as users run it again, see :func:`prepare`)."""
     if objective not in ("throughput", "latency"):
         raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
     check_out(out, force, probe=True)
     prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
-                   accelerator=accelerator, quiet=quiet, input_fills=input_fills)
+                   accelerator=accelerator, quiet=quiet, input_fills=input_fills,
+                   recalibrate=recalibrate)
     pin_specs = parse_pins(pins, prep.workload, prep.accelerator)
     pinned_workload, pinned = apply_pins(prep.workload, pin_specs)
     t = time.perf_counter()
@@ -880,12 +884,13 @@ def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
                 devices: str | Path | None = None, input_shapes=None, force: bool = False,
                 quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
                 accelerator: str | None = None, feeds=None,
-                input_fills: Mapping[str, float] | None = None) -> dict[str, Any]:
+                input_fills: Mapping[str, float] | None = None, recalibrate: bool = False) -> dict[str, Any]:
     """Re-apply a (possibly edited) plan.json to ``model`` and write its verified parts."""
     check_out(out, force, probe=True)
     if not Path(plan_path).is_file():
         raise SplitError(f"plan file '{plan_path}' does not exist")
     prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
-                   accelerator=accelerator, quiet=quiet, input_fills=input_fills)
+                   accelerator=accelerator, quiet=quiet, input_fills=input_fills,
+                   recalibrate=recalibrate)
     plan = read_plan_file(plan_path, prep.graph, prep.workload)
     return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds)

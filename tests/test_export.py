@@ -933,7 +933,7 @@ def test_run_weighs_the_default_session_against_its_calibrated_figures(late_part
     only for the sessions it measured, and the predicted ratio to it against the
     measured one (the prediction with the drift cancelled)."""
     from onnxsplit import runner
-    from onnxsplit.cli import main
+    from onnxsplit.cli import DRIFT_NOTED, main
 
     _, _, e = late_parts
     path = Path(e.out) / MANIFEST
@@ -959,8 +959,12 @@ def test_run_weighs_the_default_session_against_its_calibrated_figures(late_part
     monkeypatch.setattr(runner, "run_parts", lambda *a, **k: r)
     assert main(["run", str(e.out)]) == 0
     rel = r["relative_error"]["ort_default_cpu"]
+    printed = capsys.readouterr().out
     assert (f"beside ort_default_cpu, as predicted: measured ratio over predicted ratio "
-            f"{rel['throughput']:+.0%} throughput, {rel['latency']:+.0%} latency") in capsys.readouterr().out
+            f"{rel['throughput']:+.0%} throughput, {rel['latency']:+.0%} latency") in printed
+    # a session that moved more than DRIFT_NOTED: the way to measure the machine again
+    moved = any(abs(v) > DRIFT_NOTED for v in r["drift"]["ort_default_cpu"].values())
+    assert ("split again with --recalibrate" in printed) == moved
 
 
 def test_random_feeds_and_compare_outputs():

@@ -358,3 +358,24 @@ def test_latency_split_with_cpu_calls_around_accelerator_calls(tmp_path, capsys)
     cpu_parts = [p for p in manifest["parts"] if p["device"] == "cpu0"]
     acc_parts = [p for p in manifest["parts"] if p["device"].startswith("acc")]
     assert acc_parts and len(cpu_parts) >= 2
+
+
+def test_recalibrate_measures_the_machine_again(tmp_path, capsys):
+    """A calibration stored with the profile is reused as it is, however the machine has
+    moved since; --recalibrate measures it again and stores the new one."""
+    model = mlp(tmp_path / "m.onnx", layers=3, batch=4, width=64)
+    code, first = run_json(capsys, [str(model), "--out", str(tmp_path / "a")])
+    assert code == 0
+    path = next((tmp_path / "cache").rglob("*.json"))
+    cache = json.loads(path.read_text())
+    stale = {"latency_ms": 1e4, "throughput_per_s": 0.1}  # a machine 10 s a sample slow
+    cache["entries"][0]["as_run"]["default"].update(stale)
+    path.write_text(json.dumps(cache))
+    code, again = run_json(capsys, [str(model), "--out", str(tmp_path / "b")])
+    assert code == 0 and again["predicted"]["baselines"]["ort_default_cpu"] == stale
+    code, fresh = run_json(capsys, [str(model), "--out", str(tmp_path / "c"), "--recalibrate"])
+    assert code == 0
+    measured = fresh["predicted"]["baselines"]["ort_default_cpu"]
+    assert 0 < measured["latency_ms"] < 1e3 and measured["throughput_per_s"] > 1
+    stored = json.loads(path.read_text())["entries"][0]["as_run"]["default"]
+    assert stored["latency_ms"] == pytest.approx(measured["latency_ms"])
