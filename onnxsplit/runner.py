@@ -795,7 +795,7 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
             continue
         per_round[name] = max(1, samples // max(rounds, 1),
                               min(MAX_ROUND_SAMPLES, int(min_round_s / once)))
-    names = list(loaded)
+    names = [name for name in loaded if name not in out]  # (those that ran once)
     keys = ("latency_ms", "throughput_per_s")
     for r in range(max(rounds, 1)):
         for group in paired_order(names, r, pair_with if pair_with not in out else None):

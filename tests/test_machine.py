@@ -363,6 +363,27 @@ def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
         != pytest.approx(rate["plan"] / rate["a"])
 
 
+def test_the_plan_is_measured_though_every_baseline_failed(monkeypatch):
+    """A baseline that cannot run leaves the plan to be measured alone, every round."""
+    from onnxsplit import runner
+
+    class Fake:
+        def __init__(self, fails):
+            self.fails = fails
+
+        def run(self, feeds):
+            if self.fails:
+                raise runner.RunError("no such provider")
+            return {}
+
+    monkeypatch.setattr(runner, "measure_pipeline",
+                        lambda parts, feeds, samples, warmup: {"latency_ms": 2.0, "throughput_per_s": 500.0})
+    got = runner.measure_rounds({"plan": Fake(False), "gone": Fake(True)}, {}, 9, 0, rounds=3,
+                                pair_with="plan")
+    assert got["gone"] == {"error": "no such provider"}
+    assert got["plan"]["rounds"] == 3 and got["plan"]["beside"] == {}
+
+
 @pytest.mark.parametrize("n", [2, 3, 4, 6])
 def test_rounds_vary_who_runs_after_whom(n):
     from onnxsplit.runner import ROUNDS, round_order
