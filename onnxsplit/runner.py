@@ -818,7 +818,7 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
     if pair_with in out and "error" not in out[pair_with]:
         out[pair_with]["beside"] = {
             name: {k: [float(r[k]) for r in runs] for k in keys}
-            for name, runs in beside.items() if runs and "error" not in out.get(name, {"error": 1})}
+            for name, runs in beside.items() if runs and name in out and "error" not in out[name]}
     return out
 
 
@@ -937,17 +937,17 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
         result["baselines"] = base
         result["ratios"] = paired_ratios(result["measured"], base)
         pred = result["predicted"] or {}
-        if pred.get("throughput_per_s") and pred.get("latency_ms"):
-            result["prediction_error"] = _errors(result["measured"], pred)
         # the machine's own drift since the split was predicted: a default session (or
         # the copies) measured now against the calibration's figure for it
         drift = {name: _errors(base[name], cal) for name, cal in (pred.get("baselines") or {}).items()
                  if "error" not in base.get(name, {"error": None})}
         if drift:
             result["drift"] = drift
-        relative = _relative_errors(pred, result["ratios"])
-        if relative:
-            result["relative_error"] = relative
+        if pred.get("throughput_per_s") and pred.get("latency_ms"):
+            result["prediction_error"] = _errors(result["measured"], pred)
+            relative = _relative_errors(pred, result["ratios"])
+            if relative:
+                result["relative_error"] = relative
     return result
 
 
@@ -959,11 +959,10 @@ def _relative_errors(predicted: Mapping[str, Any], ratios: Mapping[str, Mapping[
     then cancelled out (it moves both sides of a ratio)."""
     out = {}
     for name, cal in (predicted.get("baselines") or {}).items():
-        got = ratios.get(name)
-        if got and predicted.get("throughput_per_s") and predicted.get("latency_ms"):
+        if name in ratios:
             said = {"throughput": predicted["throughput_per_s"] / cal["throughput_per_s"],
                     "latency": cal["latency_ms"] / predicted["latency_ms"]}
-            out[name] = {k: got[k] / said[k] - 1 for k in said}
+            out[name] = {k: ratios[name][k] / said[k] - 1 for k in said}
     return out
 
 

@@ -304,12 +304,12 @@ def test_ratios_pair_the_rounds_they_were_measured_in():
                 "by_round": {"throughput_per_s": thr, "latency_ms": [1e3 / t for t in thr]}}
 
     got = paired_ratios(rounds([10.0, 20.0, 30.0]), {"b": rounds([5.0, 40.0, 15.0]),
-                                               "gone": {"error": "x"}})
+                                                     "gone": {"error": "x"}})
     assert set(got) == {"b"}
     assert got["b"]["throughput"] == pytest.approx(2.0)
     assert got["b"]["latency"] == pytest.approx(2.0)
     plain = paired_ratios({"throughput_per_s": 20.0, "latency_ms": 50.0},
-                    {"b": {"throughput_per_s": 15.0, "latency_ms": 75.0}})
+                          {"b": {"throughput_per_s": 15.0, "latency_ms": 75.0}})
     assert plain["b"] == pytest.approx({"throughput": 20 / 15, "latency": 1.5})
 
 

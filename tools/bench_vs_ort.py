@@ -87,16 +87,17 @@ def bench(model: str, shapes: str, objective: str, devices: str | None, samples:
             cap, key=lambda k: _metric(base[k], objective), default=None),
     }
     rows = {k: base.get(name) if name else None for k, name in names.items()}
-    # the run's own ratios: medians of the ratios within each round of measurement
-    paired = {k: (run.get("ratios") or {}).get(name, {}).get(objective) if name else None
-              for k, name in names.items()}
+    def per_baseline(field: str, keys=tuple(names)) -> dict:
+        """The run's ``field`` (name -> {objective: figure}) for each of ``keys``."""
+        return {k: (run.get(field) or {}).get(names[k] or "", {}).get(objective) for k in keys}
+
+    # the run's own ratios: medians of the ratios of the pairs measured side by side
+    paired = per_baseline("ratios")
     meas = _metric(run["measured"], objective)
     pred = _metric(run["predicted"], objective)
     plan = split["plan"]
-    drift = {k: (run.get("drift") or {}).get(names[k] or "", {}).get(objective)
-             for k in ("ort", "copies", "acc")}
-    relative = {k: (run.get("relative_error") or {}).get(names[k] or "", {}).get(objective)
-                for k in ("ort", "copies", "acc")}
+    drift = per_baseline("drift", ("ort", "copies", "acc"))
+    relative = per_baseline("relative_error", ("ort", "copies", "acc"))
     return {
         "model": Path(model).stem, "objective": objective,
         "plan": f"{plan['method']}/{split['run_as']}/{len(split['parts'])}p "
