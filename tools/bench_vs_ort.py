@@ -7,6 +7,7 @@ same inputs, by ``onnxsplit run --json``.
 
     python tools/bench_vs_ort.py MODEL.onnx:SHAPES [...] [--objective throughput,latency]
         [--devices CLUSTER.json] [--samples N] [--method M] [--json OUT.json]
+    python tools/bench_vs_ort.py --show OUT.json [...]   # a saved run's table and verdict
 
 SHAPES is ``name=1x128,name2=1x128`` (empty for static models).  Each model is split with
 the main command's defaults (``onnxsplit MODEL --out TMP``, the profile cached as usual;
@@ -22,8 +23,9 @@ core), ``acc`` (the accelerator's default session; ``acc err`` its drift), ``cap
 (capacity-aware partitioning, the better of ad hoc and with memory statistics), ``x ...``
 the ratios (above 1: onnxsplit is faster), and ``rel ...`` each measured ratio over the
 one the prediction implies against that session's calibrated figure, -1: the
-prediction with the machine's drift since the split cancelled out.  Exits 1 if a check
-failed.
+prediction with the machine's drift since the split cancelled out.  Below the table, the
+verdict: how many rows meet each bar onnxsplit is held to (:func:`verdict`), and the
+worst.  Exits 1 if a check failed.
 
 Held-out models: ``python tools/build_heldout.py /tmp/ho`` builds ViT-S, GPT-2 (6 layers),
 T5-small's encoder and ResNet-50 (random weights).
@@ -118,9 +120,97 @@ def _f(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
+HEAD = (f"{'model':<12} {'objective':<10} {'plan':<26} {'meas':>8} {'pred':>8} {'err':>6} "
+        f"{'ort':>8} {'ort err':>7} {'copies':>8} {'cp err':>6} {'acc':>8} {'acc err':>7} {'cap':>8}  "
+        f"{'x ort':>6} {'x copies':>8} {'x acc':>6} {'x cap':>6}  {'rel ort':>7} {'rel cp':>6} {'rel acc':>7}")
+
+
+def row(r: dict) -> str:
+    """One result as a line of the table under HEAD."""
+    if "plan" not in r:
+        return f"{Path(r['model']).stem:<12} {r['objective']:<10} {r['error']}"
+    fmt = ".1f" if r["objective"] == "throughput" else ".2f"
+    b, x, rel = r["baselines"], r["ratios"], r["relative_error"]
+    return (f"{r['model']:<12} {r['objective']:<10} {r['plan']:<26} {_f(r['measured'], fmt):>8} "
+            f"{_f(r['predicted'], fmt):>8} {_f(r['prediction_error'], '+.0%'):>6} "
+            f"{_f(b['ort'], fmt):>8} {_f(r['ort_drift'], '+.0%'):>7} {_f(b['copies'], fmt):>8} "
+            f"{_f(r['copies_drift'], '+.0%'):>6} {_f(b['acc'], fmt):>8} {_f(r['acc_drift'], '+.0%'):>7} "
+            f"{_f(b['cap'], fmt):>8}  {_f(x['ort'], '.2f'):>6} {_f(x['copies'], '.2f'):>8} "
+            f"{_f(x['acc'], '.2f'):>6} {_f(x['cap'], '.2f'):>6}  {_f(rel['ort'], '+.0%'):>7} "
+            f"{_f(rel['copies'], '+.0%'):>6} {_f(rel['acc'], '+.0%'):>7}"
+            + (f"  {r['error']}" if r["error"] else ""))
+
+
+KEEP_UP, CLEARLY, LATENCY_SLACK, PREDICTED = 0.97, 1.15, 1.03, 0.10
+
+
+def verdict(results: list[dict]) -> list[str]:
+    """The table against the bars onnxsplit is held to: throughput at least KEEP_UP times
+    the better of onnxruntime's default session and the copies (and of the accelerator's
+    default session, where there is one), CLEARLY times the default session where
+    splitting pays; latency at most LATENCY_SLACK times the CPU's default session's (a
+    plan for a GPU too small for the model: below it), below the capacity-aware
+    partitioning where it ran; every figure within PREDICTED of its prediction.  Each
+    line: how many met it, and the worst."""
+    done = [r for r in results if "plan" in r and r["measured"] is not None]
+    lines = [f"{len(results) - len(done)} of {len(results)} failed to split or run"] \
+        if len(done) < len(results) else []
+
+    def bar(what: str, got: dict[str, float | None], ok, worst=min, fmt=".2f") -> None:
+        got = {k: v for k, v in got.items() if v is not None}
+        if not got:
+            return
+        low = worst(got, key=got.get)
+        lines.append(f"{what}: {sum(ok(v) for v in got.values())} of {len(got)} "
+                     f"(worst {format(got[low], fmt)}, {low})")
+
+    def each(objective: str, f) -> dict[str, float | None]:
+        return {r["model"]: f(r) for r in done if r["objective"] == objective}
+
+    def best_of(r: dict, keys) -> float | None:
+        got = [r["ratios"][k] for k in keys if r["ratios"][k] is not None]
+        return min(got) if got else None
+
+    bar(f"throughput at least {KEEP_UP}x the best of the default session, the copies and the "
+        f"accelerator's default session", each("throughput", lambda r: best_of(r, ("ort", "copies", "acc"))),
+        lambda v: v >= KEEP_UP)
+    bar(f"throughput at least {CLEARLY}x the default session on the CPU",
+        each("throughput", lambda r: r["ratios"]["ort"]), lambda v: v >= CLEARLY)
+    bar(f"latency at most {LATENCY_SLACK}x the default session's (x ort at least {1 / LATENCY_SLACK:.3f})",
+        each("latency", lambda r: r["ratios"]["ort"]), lambda v: v >= 1 / LATENCY_SLACK)
+    bar("latency below the capacity-aware partitioning's (x cap above 1)",
+        each("latency", lambda r: r["ratios"]["cap"]), lambda v: v > 1)
+    errors = {f"{r['model']} {r['objective']}": r["prediction_error"] for r in done}
+    bar(f"within {PREDICTED:.0%} of the prediction", errors, lambda v: abs(v) <= PREDICTED,
+        worst=lambda d, key: max(d, key=lambda k: abs(d[k])), fmt="+.0%")
+    rel = {f"{r['model']} {r['objective']}": next((r["relative_error"][k] for k in ("acc", "ort")
+                                                   if r["relative_error"][k] is not None), None)
+           for r in done}
+    bar(f"within {PREDICTED:.0%} with the machine's drift cancelled (rel acc, else rel ort)", rel,
+        lambda v: abs(v) <= PREDICTED, worst=lambda d, key: max(d, key=lambda k: abs(d[k])),
+        fmt="+.0%")
+    return lines
+
+
+def show(results: list[dict]) -> None:
+    print(HEAD)
+    for r in results:
+        print(row(r))
+    print(LEGEND)
+    for line in verdict(results):
+        print(line)
+
+
+LEGEND = ("throughput in samples/s, latency in ms; x: onnxsplit over the baseline (above 1: "
+          "onnxsplit is faster); err: measured over predicted; ort err, cp err, acc err: the "
+          "default sessions and the copies measured over their calibrated figures (the machine's "
+          "own drift); rel ...: the measured ratio to that session over the predicted one, -1 (the "
+          "prediction with the drift cancelled)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="+", metavar="MODEL.onnx:SHAPES")
+    ap.add_argument("models", nargs="*", metavar="MODEL.onnx:SHAPES")
     ap.add_argument("--objective", default="throughput,latency")
     ap.add_argument("--devices", metavar="CLUSTER.json")
     ap.add_argument("--samples", type=int, default=100)
@@ -129,39 +219,38 @@ def main(argv=None) -> int:
                     help="the main command's --method (auto: its defaults, which the issue judges; "
                          "another: that solver's split, to check its prediction)")
     ap.add_argument("--json", metavar="OUT.json", help="also write every result here")
+    ap.add_argument("--show", metavar="RESULTS.json", action="append", default=[],
+                    help="print the table and the verdict of results a run wrote with --json "
+                         "(several: one table); measures nothing")
     args = ap.parse_args(argv)
+    if args.show:
+        results = [r for f in args.show for r in json.loads(Path(f).read_text())]
+        show(results)
+        return 1 if any(r.get("error") for r in results) else 0
+    if not args.models:
+        ap.error("give MODEL.onnx:SHAPES to measure, or --show RESULTS.json")
     results = []
-    head = (f"{'model':<12} {'objective':<10} {'plan':<26} {'meas':>8} {'pred':>8} {'err':>6} "
-            f"{'ort':>8} {'ort err':>7} {'copies':>8} {'cp err':>6} {'acc':>8} {'acc err':>7} {'cap':>8}  {'x ort':>6} {'x copies':>8} "
-            f"{'x acc':>6} {'x cap':>6}  {'rel ort':>7} {'rel cp':>6} {'rel acc':>7}")
-    print(head, flush=True)
+    print(HEAD, flush=True)
     for spec in args.models:
         model, _, shapes = spec.partition(":")
         for objective in args.objective.split(","):
             r = bench(model, shapes, objective, args.devices, args.samples, args.time_limit,
                       args.method)
             results.append(r)
-            if "plan" not in r:
-                print(f"{Path(model).stem:<12} {objective:<10} {r['error']}", flush=True)
-                continue
-            fmt = ".1f" if objective == "throughput" else ".2f"
-            b, x = r["baselines"], r["ratios"]
-            print(f"{r['model']:<12} {objective:<10} {r['plan']:<26} {_f(r['measured'], fmt):>8} "
-                  f"{_f(r['predicted'], fmt):>8} {_f(r['prediction_error'], '+.0%'):>6} "
-                  f"{_f(b['ort'], fmt):>8} {_f(r['ort_drift'], '+.0%'):>7} {_f(b['copies'], fmt):>8} {_f(r['copies_drift'], '+.0%'):>6} {_f(b['acc'], fmt):>8} "
-                  f"{_f(r['acc_drift'], '+.0%'):>7} {_f(b['cap'], fmt):>8}  {_f(x['ort'], '.2f'):>6} {_f(x['copies'], '.2f'):>8} "
-                  f"{_f(x['acc'], '.2f'):>6} {_f(x['cap'], '.2f'):>6}  "
-                  f"{_f(r['relative_error']['ort'], '+.0%'):>7} {_f(r['relative_error']['copies'], '+.0%'):>6} "
-                  f"{_f(r['relative_error']['acc'], '+.0%'):>7}"
-                  + (f"  {r['error']}" if r["error"] else ""), flush=True)
-    print("throughput in samples/s, latency in ms; x: onnxsplit over the baseline (above 1: "
-          "onnxsplit is faster); err: measured over predicted; ort err, cp err, acc err: the "
-          "default sessions and the copies measured over their calibrated figures (the machine's own drift); "
-          "rel ...: the measured ratio to that session over the predicted one, -1 (the prediction with "
-          "the drift cancelled)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+            if args.json:  # each result as it comes: an interrupted bench keeps what it measured
+                _write(args.json, results)
+            print(row(r), flush=True)
+    print(LEGEND)
+    for line in verdict(results):
+        print(line)
     return 1 if any(r.get("error") for r in results) else 0
+
+
+def _write(path: str, results: list[dict]) -> None:
+    """``results`` as JSON at ``path``, replaced in one step."""
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(json.dumps(results, indent=1) + "\n")
+    tmp.replace(path)
 
 
 if __name__ == "__main__":
