@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from . import machine
+from . import calibrate, machine
 from . import export as ex
 from .build import build_workload, choose_accelerators, pick_entries, providers_needed
 from .cluster import Cluster
@@ -125,8 +125,8 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
 
 def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again: bool = False):
     """The calibration of each device kind (``calibrate``), measured here where the profile
-    entry has none (or ``again``: the machine moved since) and the EP is present, and
-    stored with the entry."""
+    entry has none (or ``again``: the machine moved since; or a stale one,
+    :func:`calibrate.stale`) and the EP is present, and stored with the entry."""
     cpu_entry, acc_entry = pick_entries(known, cluster.cpu, acc)
     present = available_providers()
     out: dict[str, Any] = {}
@@ -138,7 +138,9 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
         if entry is None:
             continue
         unopt[kind] = entry.whole_model_ms.get("median")
-        record = {} if again and entry.execution_provider in present else dict(entry.as_run)
+        record = dict(entry.as_run)
+        if entry.execution_provider in present and (again or calibrate.stale(record)):
+            record = {}
         if not record and entry.execution_provider in present:
             _say(quiet, f"calibrating the whole model on {entry.execution_provider} "
                         "(as users run onnxruntime)")

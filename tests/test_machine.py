@@ -89,6 +89,26 @@ def test_whole_candidates_take_the_measured_figures():
     assert len(machine.whole_candidates(small, "latency", rec, acc)) == 1
 
 
+@pytest.mark.parametrize("measured, level", [
+    ({"all": 119.5, "disabled": 118.6}, "all"),  # GPT-2's near tie: what users run
+    ({"all": 10.0, "disabled": 9.2}, "all"),
+    ({"all": 1.93, "disabled": 1.52}, "disabled"),  # small_bert: clearly faster unoptimised
+    ({"all": None, "disabled": 5.0}, "disabled"),  # all failed
+    ({"all": 5.0, "disabled": None}, "all"),
+    ({}, "all"),
+])
+def test_another_optimisation_level_must_be_clearly_faster(measured, level):
+    assert cal.faster_level(measured) == level
+    rec = {"threads": {"1": measured}}
+    assert cal.level_of(rec, 1) == level
+    assert cal.latency_ms(rec, 1) == measured.get(level)
+    # copies measured at the level the rule picks are current; at the other, stale
+    other = "disabled" if level == "all" else "all"
+    for at, stale in ((level, False), (other, True)):
+        rec["replicas"] = {"1": {"copies": 2, "throughput_per_s": 1.0, "optimization": at}}
+        assert cal.stale(rec) is stale
+
+
 def test_cpu_divisions_scale_by_measured_threads_and_contention():
     w = Workload.from_paper_json(diamond(k=0, l=4))
     unopt = float(w.cpu_latency.sum())  # 100

@@ -11,6 +11,7 @@ import pytest
 from onnx import helper
 
 from onnx_models import TINY_BERT, control_flow, make, mlp, save, vi
+from onnxsplit import calibrate as cal
 from onnxsplit.cli import main
 from onnxsplit.runner import Parts, random_feeds
 from onnxsplit.workflow import CALL_GIL_MS, COPIES_OVER_DEFAULT, MIN_SPLIT_GAIN, STAGE_OVERHEAD_MS
@@ -358,6 +359,30 @@ def test_latency_split_with_cpu_calls_around_accelerator_calls(tmp_path, capsys)
     cpu_parts = [p for p in manifest["parts"] if p["device"] == "cpu0"]
     acc_parts = [p for p in manifest["parts"] if p["device"].startswith("acc")]
     assert acc_parts and len(cpu_parts) >= 2
+
+
+def test_a_calibration_whose_copies_no_longer_run_as_chosen_is_measured_again(tmp_path, capsys):
+    """Copies stored at an optimisation level the rule no longer picks (an earlier rule
+    took a 1% faster unoptimised session) are not what a plan would run: the split
+    measures the machine again rather than plan from them."""
+    model = mlp(tmp_path / "m.onnx", layers=3, batch=4, width=64)
+    code, _ = run_json(capsys, [str(model), "--out", str(tmp_path / "a")])
+    assert code == 0
+    path = next((tmp_path / "cache").rglob("*.json"))
+    cache = json.loads(path.read_text())
+    record = cache["entries"][0]["as_run"]
+    marker = {"latency_ms": 1e4, "throughput_per_s": 0.1}
+    record["default"].update(marker)
+    record["threads"]["1"] = {"all": 10.0, "disabled": 9.9}
+    record["replicas"]["1"]["optimization"] = "disabled"
+    path.write_text(json.dumps(cache))
+    code, got = run_json(capsys, [str(model), "--out", str(tmp_path / "b")])
+    assert code == 0
+    fresh = got["predicted"]["baselines"]["ort_default_cpu"]
+    assert 0 < fresh["latency_ms"] < 1e3  # measured again, not the stored marker
+    stored = json.loads(path.read_text())["entries"][0]["as_run"]
+    assert stored["default"]["latency_ms"] == pytest.approx(fresh["latency_ms"])
+    assert not cal.stale(stored)
 
 
 def test_recalibrate_measures_the_machine_again(tmp_path, capsys):
