@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from .export import UNFUSED
 from .profile.devices import CPU_EP
 
 TARGET_S = 3.0  # seconds each configuration is timed for, over ROUNDS rounds
@@ -67,11 +68,14 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
         host_memory = float(host_memory_bytes())
     budget = MEMORY_SHARE * host_memory
     configs: dict[str, dict[str, Any]] = {"default": {"threads": 0}}
+    unfused = ep == CPU_EP and may_fuse_slowly(model_path)
     if ep == CPU_EP:
         for t in thread_counts(cores):
             configs[f"t{t}"] = {"threads": t}
             if t == 1:
                 configs["t1_disabled"] = {"threads": 1, "optimization": "disabled"}
+            if unfused:
+                configs[f"t{t}_{UNFUSED}"] = {"threads": t, "optimization": UNFUSED}
     copies_of = {name: how.get("replicas", 1) for name, how in configs.items()}
 
     def load(how) -> "Parts | dict":
@@ -111,6 +115,8 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
         lat = {"all": results.get(f"t{t}", {})}
         if t == 1:
             lat["disabled"] = results.get("t1_disabled", {})
+        if unfused:
+            lat[UNFUSED] = results.get(f"t{t}_{UNFUSED}", {})
         record["threads"][str(t)] = {k: v.get("latency_ms") for k, v in lat.items()}
         level = faster_level(record["threads"][str(t)])
         copies = cores // t
@@ -256,6 +262,18 @@ def _pooled(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
 def _rounded(got: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in got.items()
             if k != "by_round"}
+
+
+def may_fuse_slowly(model_path: str | Path) -> bool:
+    """Whether onnxruntime may fuse the model's nodes into a kernel UNFUSED leaves out: an
+    Add feeding a LayerNormalization (or the ReduceMean a decomposed one starts with),
+    what SkipLayerNormFusion fuses.  Only then is the model also calibrated without."""
+    import onnx
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    added = {o for n in graph.node if n.op_type == "Add" for o in n.output}
+    return any(n.op_type in ("LayerNormalization", "ReduceMean") and n.input and n.input[0] in added
+               for n in graph.node)
 
 
 def faster_level(latency: Mapping[str, float | None]) -> str:

@@ -42,6 +42,21 @@ MODEL_INPUT = "input"  # the producer named for a model input
 ANNOTATED = "annotated.onnx"  # the whole model, each node annotated with its device
 SESSION_FILE = "session.json"  # how one onnxruntime session runs the annotated model
 LAYER_ANN = "layer_ann"
+# the graph optimisation levels a plan runs its sessions at: onnxruntime's own, and all of
+# its optimisations but the fusions whose CPU kernels measured slower than what they
+# fuse (onnxruntime 1.32 on this project's 2-core machine: SkipLayerNormalization 87 us
+# against 17 us for its Add and LayerNormalization, 64x256, one thread)
+UNFUSED = "all_unfused"
+LEVELS = ("all", "disabled", UNFUSED)
+UNFUSED_CONFIG = {"optimization.disable_specified_optimizers": "SkipLayerNormFusion"}
+
+
+def level_fields(optimization: str | None) -> dict[str, Any]:
+    """A plan's optimisation level as a manifest entry spells it: onnxruntime's level, and
+    for UNFUSED the session config entry that leaves the slow fusions out."""
+    if optimization == UNFUSED:
+        return {"optimization": "all", "config": dict(UNFUSED_CONFIG)}
+    return {} if optimization is None else {"optimization": optimization}
 CONFIGURATION = "onnxsplit"  # the annotated model's multi-device configuration, by name
 _MULTI_DEVICE_IR = 11  # the IR version that brought the multi-device fields
 # onnxruntime's device type for an EP in session.layer_assignment_settings
@@ -237,8 +252,10 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         manifest = _manifest(graph, parts, links, weights, threads or {}, predicted, plan, device_ids or {},
                              machines or {})
         for entry in manifest["parts"]:
-            if optimization is not None:
-                entry["optimization"] = optimization
+            if entry["execution_provider"] == CPU_EP or optimization != UNFUSED:
+                entry.update(level_fields(optimization))
+            else:  # (the fusions left out are the CPU's)
+                entry["optimization"] = "all"
             entry["replicas"] = int((replicas or {}).get(entry["device"], 1))
         manifest["run_as"] = "session" if session is not None else "pipeline"
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -285,10 +302,12 @@ def _annotate(model: onnx.ModelProto, graph: OpGraph, device_of: Mapping[str, st
     config = {"session.layer_assignment_settings":
               "; ".join(f"{_ORT_DEVICE[providers[d]]}(={tag[d]})" for d in used),
               "session.record_ep_graph_assignment_info": "1"}
+    level = level_fields(session.get("optimization") or "all")
+    config.update(level.get("config") or {})
     config.update(session.get("config") or {})
     return {"file": ANNOTATED, "execution_providers": eps,
             "threads": int(session.get("threads", 0)),
-            "optimization": session.get("optimization", "all"), "config": config,
+            "optimization": level["optimization"], "config": config,
             "node_providers": {n.name: providers[device_of[n.name]] for n in graph.nodes}}
 
 

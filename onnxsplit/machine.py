@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import calibrate as cal
-from .export import part_deps
+from .export import UNFUSED, UNFUSED_CONFIG, part_deps
 from .plan import Plan
 from .solve import evaluate
 
@@ -100,6 +100,11 @@ def accelerator_fits(workload) -> bool:
                 and workload.size.sum() <= workload.accelerator_memory)
 
 
+# how a candidate's description names a level other than onnxruntime's default
+LEVEL_SAYS = {"disabled": ", graph optimisations off",
+              UNFUSED: f", all optimisations but {UNFUSED_CONFIG['optimization.disable_specified_optimizers']}"}
+
+
 def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
                      acc_rec: Mapping[str, Any] | None) -> list[Candidate]:
     """The model kept whole, as onnxruntime runs it (see the module docstring)."""
@@ -123,10 +128,11 @@ def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
             copies = rep.get("copies", 1)
             if int(t) * copies > workload.num_cpus or (copies > 1 and objective == "latency"):
                 continue  # more cores than the cluster has; copies do not cut latency
-            if copies == 1 and int(t) >= cores:
+            level = rep.get("optimization", "all")
+            if copies == 1 and int(t) >= cores and level == "all":
                 continue  # the default session by another name
             what = (f"{copies} copies of the model side by side, {t} thread(s) each" if copies > 1
-                    else f"one onnxruntime session with {t} intra-op threads")
+                    else f"one onnxruntime session with {t} intra-op threads") + LEVEL_SAYS.get(level, "")
             add("cpu0", rep, {"cpu_threads": int(t), "optimization": rep["optimization"],
                               "replicas": copies}, what)
     if acc_rec and accelerator_fits(workload):

@@ -36,7 +36,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from .errors import OnnxsplitError
-from .export import FORMAT, MANIFEST, part_deps
+from .export import FORMAT, MANIFEST, level_fields, part_deps
 from .profile.devices import CPU_EP
 from .profile.measure import session_options
 
@@ -232,11 +232,13 @@ class Parts:
               optimization: str = "all", replicas: int = 1,
               config: Mapping[str, str] | None = None) -> "Parts":
         """The original model as one part: ``replicas`` sessions on ``ep``, each with
-        ``threads`` intra-op threads -- onnxruntime's own session as a user runs it."""
+        ``threads`` intra-op threads -- onnxruntime's own session as a user runs it
+        (``optimization``: a level of ``export.LEVELS``)."""
+        level = level_fields(optimization)
         spec = {"name": "whole", "file": str(Path(model_path).resolve()), "device": "whole",
-                "execution_provider": ep, "threads": threads, "optimization": optimization,
-                "replicas": replicas, "config": dict(config or {}), "inputs": None,
-                "outputs": None}
+                "execution_provider": ep, "threads": threads, "optimization": level["optimization"],
+                "replicas": replicas, "config": {**level.get("config", {}), **dict(config or {})},
+                "inputs": None, "outputs": None}
         return cls.of_specs([spec])
 
     @classmethod

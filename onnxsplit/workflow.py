@@ -674,8 +674,8 @@ def _execution_problem(execution: Mapping[str, Any]) -> str | None:
         v = execution.get(key, 1)
         if not isinstance(v, int) or isinstance(v, bool) or v < (0 if key == "cpu_threads" else 1):
             return f"{key} must be an integer ({'0 or more' if key == 'cpu_threads' else '1 or more'})"
-    if execution.get("optimization", "all") not in ("all", "disabled"):  # as the manifest
-        return "optimization must be 'all' or 'disabled'"
+    if execution.get("optimization", "all") not in ex.LEVELS:
+        return f"optimization must be one of {', '.join(ex.LEVELS)}"
     if execution.get("run_as", "pipeline") not in ("pipeline", "session"):
         return "run_as must be pipeline or session"
     return None

@@ -138,6 +138,77 @@ def test_copies_side_by_side_compute_what_the_model_does(tmp_path):
             np.testing.assert_allclose(y[k], v, rtol=1e-6)
 
 
+def skip_ln(path):
+    """x + s, then LayerNormalization: what onnxruntime's SkipLayerNormFusion fuses."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    h = 64
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "s"], ["a"]),
+         helper.make_node("LayerNormalization", ["a", "g", "b"], ["y"], axis=-1, epsilon=1e-5)],
+        "skip_ln", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 8, h]) for n in "xs"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, h])],
+        [numpy_helper.from_array(np.linspace(0.5, 1.5, h, dtype=np.float32), "g"),
+         numpy_helper.from_array(np.linspace(-0.1, 0.1, h, dtype=np.float32), "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    import onnx
+
+    onnx.save(m, path)
+    return path
+
+
+def fused_ops(model, config, tmp_path) -> int:
+    """How many SkipLayerNormalization nodes onnxruntime's optimised graph holds."""
+    import onnx
+
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+    for k, v in config.items():
+        so.add_session_config_entry(k, v)
+    ort.InferenceSession(str(model), so, providers=[CPU])
+    return sum(n.op_type == "SkipLayerNormalization" for n in onnx.load(so.optimized_model_filepath).graph.node)
+
+
+def test_the_unfused_level_runs_all_optimisations_but_the_slow_fusions(tmp_path):
+    from onnxsplit.export import UNFUSED, level_fields
+
+    model = skip_ln(tmp_path / "skip_ln.onnx")
+    assert cal.may_fuse_slowly(model)
+    assert not cal.may_fuse_slowly(mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32))
+    level = level_fields(UNFUSED)
+    assert level["optimization"] == "all"
+    # onnxruntime fuses it at 'all', and not with the level's config entry
+    assert fused_ops(model, {}, tmp_path) == 1
+    assert fused_ops(model, level["config"], tmp_path) == 0
+    feeds = {"x": np.linspace(-1, 1, 512, dtype=np.float32).reshape(1, 8, 64),
+             "s": np.linspace(2, -2, 512, dtype=np.float32).reshape(1, 8, 64)}
+    parts = Parts.whole(model, threads=1, optimization=UNFUSED)
+    assert parts.parts[0]["config"] == level["config"]
+    np.testing.assert_allclose(parts.run(feeds)["y"], original(model, feeds)["y"], atol=1e-5)
+    # written as a plan's parts: onnxruntime's level and the config entry, run as such
+    g = OpGraph.from_onnx(model)
+    export(g, {n.name: "cpu0" for n in g.nodes}, tmp_path / "p", providers={"cpu0": CPU},
+           threads={"cpu0": 1}, optimization=UNFUSED)
+    entry = json.loads((tmp_path / "p" / "manifest.json").read_text())["parts"][0]
+    assert entry["optimization"] == "all" and entry["config"] == level["config"]
+    r = run_parts(tmp_path / "p", measure=False, feeds=feeds)
+    assert r["verify"]["ok"] and r["verify"]["max_abs_error"] < 1e-5
+
+
+def test_a_session_on_every_core_without_the_slow_fusions_is_weighed():
+    from onnxsplit.export import UNFUSED
+
+    w = Workload.from_paper_json(diamond(k=0, l=2))
+    rec = record(6.0, {1: 10.0, 2: 6.0}, {1: (2, 180.0), 2: (1, 250.0)})
+    assert len(machine.whole_candidates(w, "latency", rec, None)) == 1  # the default's twin
+    rec["replicas"]["2"]["optimization"] = UNFUSED
+    got = {c.execution["optimization"]: c for c in machine.whole_candidates(w, "latency", rec, None)}
+    assert set(got) == {"all", UNFUSED}
+    assert got[UNFUSED].execution["cpu_threads"] == 2
+    assert "SkipLayerNormFusion" in got[UNFUSED].plan.details["why"]
+
+
 def test_one_session_runs_the_annotated_plan(tmp_path):
     model = mlp(tmp_path / "m.onnx", layers=3, batch=4, width=32)
     g = OpGraph.from_onnx(model)
