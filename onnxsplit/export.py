@@ -302,7 +302,12 @@ def _annotate(model: onnx.ModelProto, graph: OpGraph, device_of: Mapping[str, st
     config = {"session.layer_assignment_settings":
               "; ".join(f"{_ORT_DEVICE[providers[d]]}(={tag[d]})" for d in used),
               "session.record_ep_graph_assignment_info": "1"}
-    level = level_fields(session.get("optimization") or "all")
+    wanted = session.get("optimization") or "all"
+    if wanted == UNFUSED and eps != [CPU_EP]:
+        # a session option holds for every EP in it: an accelerator's own
+        # SkipLayerNormalization is not the CPU's slow one, so such a session keeps it
+        wanted = "all"
+    level = level_fields(wanted)
     config.update(level.get("config") or {})
     config.update(session.get("config") or {})
     return {"file": ANNOTATED, "execution_providers": eps,
