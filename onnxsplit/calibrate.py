@@ -77,8 +77,8 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
             configs[f"t{t}"] = {"threads": t}
             if t == 1:
                 configs["t1_disabled"] = {"threads": 1, "optimization": "disabled"}
-            if unfused:
-                configs[f"t{t}_{UNFUSED}"] = {"threads": t, "optimization": UNFUSED}
+            if unfused:  # (on every core, as the default session runs: see whole_candidates)
+                configs[f"t{t}_{UNFUSED}"] = {"threads": 0 if t == cores else t, "optimization": UNFUSED}
     copies_of = {name: how.get("replicas", 1) for name, how in configs.items()}
 
     def load(how) -> "Parts | dict":

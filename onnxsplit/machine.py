@@ -129,11 +129,15 @@ def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
             if int(t) * copies > workload.num_cpus or (copies > 1 and objective == "latency"):
                 continue  # more cores than the cluster has; copies do not cut latency
             level = rep.get("optimization", "all")
-            if copies == 1 and int(t) >= cores and level == "all":
+            every_core = copies == 1 and int(t) >= cores
+            if every_core and level == "all":
                 continue  # the default session by another name
+            # on every core at another level: the default session's own threads (which it
+            # pins to cores, where explicit threads are not), so that the level alone differs
             what = (f"{copies} copies of the model side by side, {t} thread(s) each" if copies > 1
+                    else "onnxruntime's default session" if every_core
                     else f"one onnxruntime session with {t} intra-op threads") + LEVEL_SAYS.get(level, "")
-            add("cpu0", rep, {"cpu_threads": int(t), "optimization": rep["optimization"],
+            add("cpu0", rep, {"cpu_threads": 0 if every_core else int(t), "optimization": level,
                               "replicas": copies}, what)
     if acc_rec and accelerator_fits(workload):
         add("acc0", acc_rec.get("default"), {"cpu_threads": 0, "optimization": "all",
