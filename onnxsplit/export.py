@@ -49,18 +49,20 @@ LAYER_ANN = "layer_ann"
 UNFUSED = "all_unfused"
 LEVELS = ("all", "disabled", UNFUSED)
 UNFUSED_CONFIG = {"optimization.disable_specified_optimizers": "SkipLayerNormFusion"}
-
-
-def level_fields(optimization: str | None) -> dict[str, Any]:
-    """A plan's optimisation level as a manifest entry spells it: onnxruntime's level, and
-    for UNFUSED the session config entry that leaves the slow fusions out."""
-    if optimization == UNFUSED:
-        return {"optimization": "all", "config": dict(UNFUSED_CONFIG)}
-    return {} if optimization is None else {"optimization": optimization}
 CONFIGURATION = "onnxsplit"  # the annotated model's multi-device configuration, by name
 _MULTI_DEVICE_IR = 11  # the IR version that brought the multi-device fields
 # onnxruntime's device type for an EP in session.layer_assignment_settings
 _ORT_DEVICE = {"CPUExecutionProvider": "cpu", "CUDAExecutionProvider": "gpu"}
+
+
+def level_fields(optimization: str | None, cpu_only: bool = True) -> dict[str, Any]:
+    """A plan's optimisation level as a manifest entry spells it: onnxruntime's level, and
+    for UNFUSED the session config entry that leaves the slow fusions out -- only for a
+    session on the CPU alone (``cpu_only``): the option holds for every EP in a session,
+    and an accelerator's own SkipLayerNormalization is not the CPU's slow one."""
+    if optimization == UNFUSED:
+        return {"optimization": "all", "config": dict(UNFUSED_CONFIG)} if cpu_only else {"optimization": "all"}
+    return {} if optimization is None else {"optimization": optimization}
 
 
 @dataclass(frozen=True)
@@ -252,10 +254,7 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         manifest = _manifest(graph, parts, links, weights, threads or {}, predicted, plan, device_ids or {},
                              machines or {})
         for entry in manifest["parts"]:
-            if entry["execution_provider"] == CPU_EP or optimization != UNFUSED:
-                entry.update(level_fields(optimization))
-            else:  # (the fusions left out are the CPU's)
-                entry["optimization"] = "all"
+            entry.update(level_fields(optimization, entry["execution_provider"] == CPU_EP))
             entry["replicas"] = int((replicas or {}).get(entry["device"], 1))
         manifest["run_as"] = "session" if session is not None else "pipeline"
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -302,12 +301,7 @@ def _annotate(model: onnx.ModelProto, graph: OpGraph, device_of: Mapping[str, st
     config = {"session.layer_assignment_settings":
               "; ".join(f"{_ORT_DEVICE[providers[d]]}(={tag[d]})" for d in used),
               "session.record_ep_graph_assignment_info": "1"}
-    wanted = session.get("optimization") or "all"
-    if wanted == UNFUSED and eps != [CPU_EP]:
-        # a session option holds for every EP in it: an accelerator's own
-        # SkipLayerNormalization is not the CPU's slow one, so such a session keeps it
-        wanted = "all"
-    level = level_fields(wanted)
+    level = level_fields(session.get("optimization") or "all", eps == [CPU_EP])
     config.update(level.get("config") or {})
     config.update(session.get("config") or {})
     return {"file": ANNOTATED, "execution_providers": eps,

@@ -234,7 +234,7 @@ class Parts:
         """The original model as one part: ``replicas`` sessions on ``ep``, each with
         ``threads`` intra-op threads -- onnxruntime's own session as a user runs it
         (``optimization``: a level of ``export.LEVELS``)."""
-        level = level_fields(optimization)
+        level = level_fields(optimization, ep == CPU_EP)
         spec = {"name": "whole", "file": str(Path(model_path).resolve()), "device": "whole",
                 "execution_provider": ep, "threads": threads, "optimization": level["optimization"],
                 "replicas": replicas, "config": {**level.get("config", {}), **dict(config or {})},
