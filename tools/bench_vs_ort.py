@@ -40,6 +40,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from onnxsplit.files import write_atomic  # noqa: E402
+
 
 def _onnxsplit(*args: str) -> tuple[int, dict | None, str]:
     p = subprocess.run([sys.executable, "-m", "onnxsplit", *args], capture_output=True, text=True)
@@ -192,10 +196,8 @@ def verdict(results: list[dict]) -> list[str]:
     return lines
 
 
-def show(results: list[dict]) -> None:
-    print(HEAD)
-    for r in results:
-        print(row(r))
+def footer(results: list[dict]) -> None:
+    """What follows the table's rows: the legend and the verdict."""
     print(LEGEND)
     for line in verdict(results):
         print(line)
@@ -225,7 +227,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.show:
         results = [r for f in args.show for r in json.loads(Path(f).read_text())]
-        show(results)
+        print(HEAD)
+        for r in results:
+            print(row(r))
+        footer(results)
         return 1 if any(r.get("error") for r in results) else 0
     if not args.models:
         ap.error("give MODEL.onnx:SHAPES to measure, or --show RESULTS.json")
@@ -238,19 +243,10 @@ def main(argv=None) -> int:
                       args.method)
             results.append(r)
             if args.json:  # each result as it comes: an interrupted bench keeps what it measured
-                _write(args.json, results)
+                write_atomic(args.json, json.dumps(results, indent=1) + "\n")
             print(row(r), flush=True)
-    print(LEGEND)
-    for line in verdict(results):
-        print(line)
+    footer(results)
     return 1 if any(r.get("error") for r in results) else 0
-
-
-def _write(path: str, results: list[dict]) -> None:
-    """``results`` as JSON at ``path``, replaced in one step."""
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(results, indent=1) + "\n")
-    tmp.replace(path)
 
 
 if __name__ == "__main__":
