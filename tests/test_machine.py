@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from onnx_models import mlp
+from onnx_models import make, mlp, save, vi
 from workloads import diamond, edge, node, workload
 from onnxsplit import calibrate as cal
 from onnxsplit import machine
@@ -144,22 +144,14 @@ def test_copies_side_by_side_compute_what_the_model_does(tmp_path):
 
 def skip_ln(path):
     """x + s, then LayerNormalization: what onnxruntime's SkipLayerNormFusion fuses."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     h = 64
-    g = helper.make_graph(
-        [helper.make_node("Add", ["x", "s"], ["a"]),
-         helper.make_node("LayerNormalization", ["a", "g", "b"], ["y"], axis=-1, epsilon=1e-5)],
-        "skip_ln", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 8, h]) for n in "xs"],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, h])],
-        [numpy_helper.from_array(np.linspace(0.5, 1.5, h, dtype=np.float32), "g"),
-         numpy_helper.from_array(np.linspace(-0.1, 0.1, h, dtype=np.float32), "b")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    import onnx
-
-    onnx.save(m, path)
-    return path
+    return save(make([helper.make_node("Add", ["x", "s"], ["a"]),
+                      helper.make_node("LayerNormalization", ["a", "g", "b"], ["y"], axis=-1, epsilon=1e-5)],
+                     [vi(n, [1, 8, h]) for n in "xs"], [vi("y", [1, 8, h])],
+                     [numpy_helper.from_array(np.linspace(0.5, 1.5, h, dtype=np.float32), "g"),
+                      numpy_helper.from_array(np.linspace(-0.1, 0.1, h, dtype=np.float32), "b")]), path)
 
 
 def fused_ops(model, config, tmp_path) -> int:
