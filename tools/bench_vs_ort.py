@@ -13,8 +13,9 @@ SHAPES is ``name=1x128,name2=1x128`` (empty for static models).  Each model is s
 the main command's defaults (``onnxsplit MODEL --out TMP``, the profile cached as usual;
 ``--method`` another solver's split)
 and then measured with ``onnxsplit run TMP --json``.  Columns: ``plan`` (method, how it
-runs, parts), ``meas``/``pred`` (throughput in samples/s for the throughput objective,
-latency in ms for the latency objective), ``err`` (measured over predicted, -1),
+runs, parts; threads x copies; a level other than ``all``), ``meas``/``pred``
+(throughput in samples/s for the throughput objective, latency in ms for the latency
+objective), ``err`` (measured over predicted, -1),
 ``ort`` (onnxruntime's default session on the CPU), ``ort err`` (that session measured
 over its figure in the calibration the prediction came from, -1: how far the machine
 itself moved between the split and the run -- an ``err`` near it is the machine's;
@@ -66,6 +67,14 @@ def _better(a: float | None, b: float | None, objective: str) -> float | None:
     return a / b if objective == "throughput" else b / a
 
 
+def _plan_label(plan: dict, split: dict) -> str:
+    """method/run_as/parts, threads x copies, and a level other than every optimisation."""
+    ex = split["execution"]
+    level = ex.get("optimization") or "all"
+    return (f"{plan['method']}/{split['run_as']}/{len(split['parts'])}p "
+            f"t{ex.get('cpu_threads')}x{ex.get('replicas', 1)}" + ("" if level == "all" else f" {level}"))
+
+
 def bench(model: str, shapes: str, objective: str, devices: str | None, samples: int,
           time_limit: float, method: str = "auto") -> dict:
     args = [model, "--method", method]
@@ -106,8 +115,7 @@ def bench(model: str, shapes: str, objective: str, devices: str | None, samples:
     relative = per_baseline("relative_error", ("ort", "copies", "acc"))
     return {
         "model": Path(model).stem, "objective": objective,
-        "plan": f"{plan['method']}/{split['run_as']}/{len(split['parts'])}p "
-                f"t{split['execution'].get('cpu_threads')}x{split['execution'].get('replicas', 1)}",
+        "plan": _plan_label(plan, split),
         "measured": meas, "predicted": pred,
         "error": None if code_run == 0 and code == 0 else "check failed",
         "prediction_error": meas / pred - 1 if meas and pred else None,
@@ -124,7 +132,7 @@ def _f(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
-HEAD = (f"{'model':<12} {'objective':<10} {'plan':<26} {'meas':>8} {'pred':>8} {'err':>6} "
+HEAD = (f"{'model':<12} {'objective':<10} {'plan':<36} {'meas':>8} {'pred':>8} {'err':>6} "
         f"{'ort':>8} {'ort err':>7} {'copies':>8} {'cp err':>6} {'acc':>8} {'acc err':>7} {'cap':>8}  "
         f"{'x ort':>6} {'x copies':>8} {'x acc':>6} {'x cap':>6}  {'rel ort':>7} {'rel cp':>6} {'rel acc':>7}")
 
@@ -135,7 +143,7 @@ def row(r: dict) -> str:
         return f"{Path(r['model']).stem:<12} {r['objective']:<10} {r['error']}"
     fmt = ".1f" if r["objective"] == "throughput" else ".2f"
     b, x, rel = r["baselines"], r["ratios"], r["relative_error"]
-    return (f"{r['model']:<12} {r['objective']:<10} {r['plan']:<26} {_f(r['measured'], fmt):>8} "
+    return (f"{r['model']:<12} {r['objective']:<10} {r['plan']:<36} {_f(r['measured'], fmt):>8} "
             f"{_f(r['predicted'], fmt):>8} {_f(r['prediction_error'], '+.0%'):>6} "
             f"{_f(b['ort'], fmt):>8} {_f(r['ort_drift'], '+.0%'):>7} {_f(b['copies'], fmt):>8} "
             f"{_f(r['copies_drift'], '+.0%'):>6} {_f(b['acc'], fmt):>8} {_f(r['acc_drift'], '+.0%'):>7} "
