@@ -14,7 +14,8 @@ from onnx_models import TINY_BERT, control_flow, make, mlp, save, vi
 from onnxsplit import calibrate as cal
 from onnxsplit.cli import main
 from onnxsplit.runner import Parts, random_feeds
-from onnxsplit.workflow import CALL_GIL_MS, COPIES_OVER_DEFAULT, MIN_SPLIT_GAIN, STAGE_OVERHEAD_MS
+from onnxsplit.workflow import (CALL_GIL_MS, COPIES_OVER_DEFAULT, MIN_CONFIG_GAIN, MIN_SPLIT_GAIN,
+                                STAGE_OVERHEAD_MS)
 
 TINY_ARGS = ["--input-shape", "input_ids=1x32", "--input-shape", "attention_mask=1x32"]
 
@@ -69,9 +70,16 @@ def test_split_tiny_bert_reproduces_the_model(tmp_path, capsys):
     default = as_run["default"]["throughput_per_s"]
     copies = max((r["throughput_per_s"] for r in as_run["replicas"].values() if r["copies"] > 1),
                  default=None)
+    # one session configured otherwise (fewer threads, or on every core at another level)
+    # only where it promises MIN_CONFIG_GAIN times the default session
+    sessions = [r["throughput_per_s"] for t, r in as_run["replicas"].items() if r["copies"] == 1
+                and (int(t) < as_run["cores"] or r["optimization"] != "all")
+                and r["throughput_per_s"] > MIN_CONFIG_GAIN * default]
     # the best whole way, copies staying unless the default session promises
     # COPIES_OVER_DEFAULT times more
-    best = copies if copies is not None and default < COPIES_OVER_DEFAULT * copies else default
+    best = max([default, copies or 0.0] + sessions)
+    if best == default and copies is not None and default < COPIES_OVER_DEFAULT * copies:
+        best = copies
     if plan["method"] == "whole":
         assert res["predicted"]["throughput_per_s"] == pytest.approx(best)
         assert res["predicted"]["from"] == "calibration" and n == 1
