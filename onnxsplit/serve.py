@@ -14,6 +14,7 @@ Write-up: docs/machine.md (Running on Ray and serving).
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,12 @@ from .runner import RunError, read_manifest, session_spec
 
 MAX_ONGOING = 16  # requests the gateway works on at once
 MAX_QUEUED = 64  # requests waiting beyond those; more are answered 503
+# Ray Serve kills its HTTP proxy when it is not ready within 5 s (healthy within 10 s),
+# and serve.start then fails at once: on a busy machine the proxy takes longer to start
+# (2 cores kept busy by other processes: killed by `ray.kill` in 3 of 3 starts).  A Ray
+# this command starts gives it as long as serve.start itself waits (60 s); a value the
+# user set, or a cluster joined at an address, keeps its own
+PROXY_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60"}
 
 
 class Gateway:
@@ -124,6 +131,9 @@ def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0
     import logging
 
     read_manifest(parts_dir)  # a bad folder is said before Ray starts
+    if address is None:
+        for k, v in PROXY_ENV.items():
+            os.environ.setdefault(k, v)  # (inherited by the local Ray's processes)
     started = start(address)
     logging.getLogger("ray.serve").setLevel(logging.ERROR)  # its progress notes are not the user's
     try:
