@@ -683,6 +683,11 @@ ROUNDS = 9
 # many configurations, keeps shorter rounds (calibrate.ROUND_S).
 MIN_ROUND_S = 1.0
 MAX_ROUND_SAMPLES = 1000
+# a pause before each measurement: a session's intra-op threads spin on after its run
+# and take a core from whatever runs next.  Two single-thread copies of T5's encoder
+# took 98.7 ms a pair right after the default session's runs, 73.1 ms 20 ms later and
+# 61.7-63.3 ms after 50-300 ms (medians of 15, this shared 2-core machine)
+SETTLE_S = 0.1
 
 
 def default_session_name(ep: str) -> str:
@@ -776,7 +781,8 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
                    pair_with: str | None = None) -> dict[str, dict[str, Any]]:
     """Each of ``loaded`` measured in ``rounds`` rounds, all in turn each round, the order
     varied (:func:`round_order`: a shared machine's slow minute then hits all alike, and
-    none always runs right after the copies): medians over the rounds, or the error.
+    none always runs right after the copies), each after SETTLE_S: medians over the
+    rounds, or the error.
 
     ``pair_with`` (the plan's name): each other session is measured right beside a
     measurement of it (:func:`paired_order`), which ``beside`` keeps per session, so a
@@ -804,6 +810,7 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
             if any(name in out for name in group):
                 continue
             for name in group:
+                time.sleep(SETTLE_S)
                 try:
                     got[name].append(measure_pipeline(loaded[name], feeds, per_round[name], warmup))
                 except RunError as e:

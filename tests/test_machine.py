@@ -463,6 +463,30 @@ def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
         != pytest.approx(rate["plan"] / rate["a"])
 
 
+def test_each_measurement_waits_for_the_one_before_to_settle(monkeypatch):
+    """A session's spinning threads must not be timed as the next session's slowness:
+    every measurement starts SETTLE_S after the previous one ended."""
+    from onnxsplit import runner
+
+    events: list = []
+
+    class Fake:
+        def run(self, feeds):
+            return {}
+
+    def fake_pipeline(parts, feeds, samples, warmup):
+        events.append("measure")
+        return {"latency_ms": 1.0, "throughput_per_s": 1e3}
+
+    monkeypatch.setattr(runner, "measure_pipeline", fake_pipeline)
+    monkeypatch.setattr(runner.time, "sleep", lambda s: events.append(s))
+    runner.measure_rounds({"plan": Fake(), "a": Fake(), "b": Fake()}, {}, 9, 0, rounds=3,
+                          pair_with="plan")
+    assert events.count("measure") == 3 * 2 * 2
+    assert events == [runner.SETTLE_S, "measure"] * 12
+    assert runner.SETTLE_S >= 0.05  # the spinning measured lasts 20-50 ms
+
+
 def test_the_plan_is_measured_though_every_baseline_failed(monkeypatch):
     """A baseline that cannot run leaves the plan to be measured alone, every round."""
     from onnxsplit import runner
