@@ -29,8 +29,9 @@ MAX_QUEUED = 64  # requests waiting beyond those; more are answered 503
 # Ray Serve kills its HTTP proxy when it is not ready within 5 s (healthy within 10 s),
 # and serve.start then fails at once: on a busy machine the proxy takes longer to start
 # (2 cores kept busy by other processes: killed by `ray.kill` in 3 of 3 starts).  A Ray
-# this command starts gives it as long as serve.start itself waits (60 s); a value the
-# user set, or a cluster joined at an address, keeps its own
+# this command starts gives it as long as serve.start itself waits (60 s), in the Serve
+# controller's environment (which runs those checks); a value the user set, or a
+# cluster joined at an address, keeps its own
 PROXY_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60"}
 
 
@@ -131,13 +132,12 @@ def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0
     import logging
 
     read_manifest(parts_dir)  # a bad folder is said before Ray starts
-    if address is None:
-        for k, v in PROXY_ENV.items():
-            os.environ.setdefault(k, v)  # (inherited by the local Ray's processes)
+    proxy_env = {k: v for k, v in PROXY_ENV.items() if k not in os.environ} if address is None else {}
     started = start(address)
     logging.getLogger("ray.serve").setLevel(logging.ERROR)  # its progress notes are not the user's
     try:
-        serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "ERROR"})
+        serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "ERROR"},
+                    controller_options={"runtime_env": {"env_vars": proxy_env}} if proxy_env else None)
         app, name = application(parts_dir, name, fallback_cpu=fallback_cpu, ship=address is not None)
         serve.run(app, name=name, route_prefix="/", blocking=False)
         url = f"http://{host}:{port}/v2/models/{name}"
