@@ -260,6 +260,7 @@ class Parts:
         self.devices = list(dict.fromkeys(p["device"] for p in self.parts))
         self.sessions: list[list[Any]] = []
         self.execution_providers = []  # the EP each part runs on (the CPU's where it fell back)
+        self.spins = False  # a session's intra-op threads spin on after its runs
         absent = _absent_devices(self.parts, fallback_cpu)
         for p in self.parts:
             threads = p.get("threads")
@@ -275,12 +276,14 @@ class Parts:
             if p.get("device_id") is not None and providers[0] == eps[0] != CPU_EP:
                 addressed[0] = (providers[0], {"device_id": str(p["device_id"])})
             so = session_options(threads, optimize=opt)
+            config = {k: str(v) for k, v in (p.get("config") or {}).items()}
             if threads != 1 and len(specs) > 1:
                 # a pipeline's sessions share the cores: an idle stage's intra-op threads
                 # must not spin on a core another stage needs
-                so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            for k, v in (p.get("config") or {}).items():
-                so.add_session_config_entry(k, str(v))
+                config = {"session.intra_op.allow_spinning": "0", **config}
+            for k, v in config.items():
+                so.add_session_config_entry(k, v)
+            self.spins |= threads != 1 and config.get("session.intra_op.allow_spinning") != "0"
             copies = []
             for _ in range(max(1, int(p.get("replicas") or 1))):
                 try:
@@ -683,10 +686,11 @@ ROUNDS = 9
 # many configurations, keeps shorter rounds (calibrate.ROUND_S).
 MIN_ROUND_S = 1.0
 MAX_ROUND_SAMPLES = 1000
-# a pause before each measurement: a session's intra-op threads spin on after its run
-# and take a core from whatever runs next.  Two single-thread copies of T5's encoder
-# took 98.7 ms a pair right after the default session's runs, 73.1 ms 20 ms later and
-# 61.7-63.3 ms after 50-300 ms (medians of 15, this shared 2-core machine)
+# a pause before a measurement that follows a session whose intra-op threads spin on
+# after its run (``Parts.spins``): they take a core from whatever runs next.  Two
+# single-thread copies of T5's encoder took 98.7 ms a pair right after the default
+# session's runs, 73.1 ms 20 ms later and 61.7-63.3 ms after 50-300 ms (medians of 15,
+# this shared 2-core machine)
 SETTLE_S = 0.1
 
 
@@ -781,8 +785,8 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
                    pair_with: str | None = None) -> dict[str, dict[str, Any]]:
     """Each of ``loaded`` measured in ``rounds`` rounds, all in turn each round, the order
     varied (:func:`round_order`: a shared machine's slow minute then hits all alike, and
-    none always runs right after the copies), each after SETTLE_S: medians over the
-    rounds, or the error.
+    none always runs right after the copies), each SETTLE_S after one whose threads spin
+    (``Parts.spins``): medians over the rounds, or the error.
 
     ``pair_with`` (the plan's name): each other session is measured right beside a
     measurement of it (:func:`paired_order`), which ``beside`` keeps per session, so a
@@ -805,12 +809,15 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
                               min(MAX_ROUND_SAMPLES, int(min_round_s / once)))
     names = [name for name in loaded if name not in out]  # (those that ran once)
     keys = ("latency_ms", "throughput_per_s")
+    spinning = True  # (whatever ran before this call may have)
     for r in range(max(rounds, 1)):
         for group in paired_order(names, r, pair_with if pair_with not in out else None):
             if any(name in out for name in group):
                 continue
             for name in group:
-                time.sleep(SETTLE_S)
+                if spinning:
+                    time.sleep(SETTLE_S)
+                spinning = getattr(loaded[name], "spins", True)
                 try:
                     got[name].append(measure_pipeline(loaded[name], feeds, per_round[name], warmup))
                 except RunError as e:

@@ -413,6 +413,21 @@ def test_ratios_pair_the_rounds_they_were_measured_in():
     assert plain["b"] == pytest.approx({"throughput": 20 / 15, "latency": 1.5})
 
 
+class FakeParts:
+    """A loaded plan for ``runner.measure_rounds`` whose timing a test fakes: it runs
+    nothing (or fails to), its threads spin or not (``Parts.spins``)."""
+
+    def __init__(self, name: str = "", spins: bool = True, fails: bool = False):
+        self.name, self.spins, self.fails = name, spins, fails
+
+    def run(self, feeds):
+        from onnxsplit.runner import RunError
+
+        if self.fails:
+            raise RunError("no such provider")
+        return {}
+
+
 def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
     """With a plan to pair with, every round measures each other session right beside a
     measurement of the plan, either side first in turn; the plan's figure is the median
@@ -425,13 +440,6 @@ def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
     seq: list[str] = []
     group = [2]  # calls that run at one speed
 
-    class Fake:
-        def __init__(self, name):
-            self.name = name
-
-        def run(self, feeds):
-            return {}
-
     def fake_pipeline(parts, feeds, samples, warmup):
         seq.append(parts.name)
         speed = 1.0 / (1 + (len(seq) - 1) // group[0])  # each group: its own speed
@@ -439,7 +447,7 @@ def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
         return {"latency_ms": 1e3 / thr, "throughput_per_s": thr}
 
     monkeypatch.setattr(runner, "measure_pipeline", fake_pipeline)
-    loaded = {name: Fake(name) for name in rate}
+    loaded = {name: FakeParts(name) for name in rate}
     got = runner.measure_rounds(loaded, {}, 9, 0, rounds=4, pair_with="plan")
     groups = [tuple(seq[i:i + 2]) for i in range(0, len(seq), 2)]
     assert len(seq) == 4 * 3 * 2 and all("plan" in g and len(set(g)) == 2 for g in groups)
@@ -470,39 +478,53 @@ def test_each_measurement_waits_for_the_one_before_to_settle(monkeypatch):
 
     events: list = []
 
-    class Fake:
-        def run(self, feeds):
-            return {}
-
     def fake_pipeline(parts, feeds, samples, warmup):
         events.append("measure")
         return {"latency_ms": 1.0, "throughput_per_s": 1e3}
 
     monkeypatch.setattr(runner, "measure_pipeline", fake_pipeline)
     monkeypatch.setattr(runner.time, "sleep", lambda s: events.append(s))
-    runner.measure_rounds({"plan": Fake(), "a": Fake(), "b": Fake()}, {}, 9, 0, rounds=3,
+    runner.measure_rounds({"plan": FakeParts(), "a": FakeParts(), "b": FakeParts()}, {}, 9, 0, rounds=3,
                           pair_with="plan")
     assert events.count("measure") == 3 * 2 * 2
     assert events == [runner.SETTLE_S, "measure"] * 12
     assert runner.SETTLE_S >= 0.05  # the spinning measured lasts 20-50 ms
 
 
+def test_only_a_session_whose_threads_spin_makes_the_next_one_wait(monkeypatch, tmp_path):
+    """Single-thread sessions, and threads told not to spin, leave the cores free at once:
+    the pause follows only a session that spins (and opens the measuring, after whatever
+    ran before)."""
+    from onnxsplit import runner
+
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=2, width=8)
+    quiet = {"session.intra_op.allow_spinning": "0"}
+    assert Parts.whole(model, threads=0).spins and Parts.whole(model, threads=2).spins
+    assert not Parts.whole(model, threads=1, replicas=2).spins
+    assert not Parts.whole(model, threads=2, config=quiet).spins
+
+    events: list = []
+
+    def fake_pipeline(parts, feeds, samples, warmup):
+        events.append(parts.spins)
+        return {"latency_ms": 1.0, "throughput_per_s": 1e3}
+
+    monkeypatch.setattr(runner, "measure_pipeline", fake_pipeline)
+    monkeypatch.setattr(runner.time, "sleep", lambda s: events.append("pause"))
+    runner.measure_rounds({"plan": FakeParts(spins=False), "a": FakeParts(), "b": FakeParts(spins=False)}, {}, 9, 0,
+                          rounds=3, pair_with="plan")
+    assert events[0] == "pause" and events.count("pause") > 1  # (the first, and after "a")
+    for before, after in zip(events, events[1:]):
+        assert (after == "pause") == (before is True), events
+
+
 def test_the_plan_is_measured_though_every_baseline_failed(monkeypatch):
     """A baseline that cannot run leaves the plan to be measured alone, every round."""
     from onnxsplit import runner
 
-    class Fake:
-        def __init__(self, fails):
-            self.fails = fails
-
-        def run(self, feeds):
-            if self.fails:
-                raise runner.RunError("no such provider")
-            return {}
-
     monkeypatch.setattr(runner, "measure_pipeline",
                         lambda parts, feeds, samples, warmup: {"latency_ms": 2.0, "throughput_per_s": 500.0})
-    got = runner.measure_rounds({"plan": Fake(False), "gone": Fake(True)}, {}, 9, 0, rounds=3,
+    got = runner.measure_rounds({"plan": FakeParts(), "gone": FakeParts(fails=True)}, {}, 9, 0, rounds=3,
                                 pair_with="plan")
     assert got["gone"] == {"error": "no such provider"}
     assert got["plan"]["rounds"] == 3 and got["plan"]["beside"] == {}
