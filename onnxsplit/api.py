@@ -84,10 +84,19 @@ def read_split_file(path: str | Path, workload: Workload) -> dict[int, str]:
 
 # ---------------------------------------------------------------- ONNX models: profile, workload
 
+def each_spec(specs) -> list[str]:
+    """The NAME=... specs of repeated flags, several to a flag where commas part them
+    (``input_ids=1x128,attention_mask=1x128``, as the benchmarks take models): a comma
+    parts two only where a name and '=' follow it, so ``x=1,128`` stays one."""
+    import re
+
+    return [one for spec in specs or () for one in re.split(r",(?=[^,=]+=)", str(spec))]
+
+
 def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
     """``["input_ids=1x128", ...]`` -> ``{"input_ids": (1, 128)}``; one-line errors."""
     out: dict[str, tuple[int, ...]] = {}
-    for spec in specs or ():
+    for spec in each_spec(specs):
         name, eq, dims = str(spec).rpartition("=")
         example = f"{name.strip() or 'input_ids'}=1x128"
         if not eq or not name.strip():
@@ -109,7 +118,7 @@ def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
 def parse_input_values(specs) -> dict[str, float]:
     """``["sr=16000"]`` -> ``{"sr": 16000.0}``: inputs fed that value in every run."""
     out: dict[str, float] = {}
-    for spec in specs or ():
+    for spec in each_spec(specs):
         name, eq, value = str(spec).rpartition("=")
         try:
             number = float(value)

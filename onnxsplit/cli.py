@@ -143,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--objective", default="throughput", choices=["throughput", "latency"])
     cm = c.add_argument_group("for an ONNX model")
     cm.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
-                    help="bind an input's shape (repeat per input)")
+                    help="bind an input's shape (repeat per input, or a,b: input_ids=1x128,mask=1x128)")
     cm.add_argument("--input-value", action="append", default=[], metavar="NAME=NUMBER",
                     help="feed this input NUMBER when measuring")
     cm.add_argument("--devices", metavar="CLUSTER.json", help="cluster spec (default: this machine)")
@@ -159,12 +159,13 @@ def _parser() -> argparse.ArgumentParser:
     model = argparse.ArgumentParser(add_help=False)
     model.add_argument("model", help="ONNX model file (weights may be in external data files)")
     model.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
-                       help="bind an input's shape, e.g. input_ids=1x128 (repeat per input); "
-                            "needed for inputs with dynamic dimensions")
+                       help="bind an input's shape, e.g. input_ids=1x128 (repeat per input, or "
+                            "comma-separated: input_ids=1x128,attention_mask=1x128); needed "
+                            "for inputs with dynamic dimensions")
     model.add_argument("--input-value", action="append", default=[], metavar="NAME=NUMBER",
                        help="feed this input NUMBER (every element) when measuring and checking, "
                             "instead of random floats / ones for integers, e.g. sr=16000 where "
-                            "an input steers control flow (repeat per input)")
+                            "an input steers control flow (repeat per input, or comma-separated)")
     model.add_argument("--repeats", type=_at_least(1), default=10, metavar="N",
                        help="timed runs per operator (operators under 1 ms get 5x as many; default 10)")
     model.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -244,6 +244,25 @@ def test_cli_workload_tiny_bert(tiny, tmp_path, capsys):
     assert rc == 0 and "cpu0" in o
 
 
+def test_several_inputs_bind_in_one_flag_as_in_repeated_ones(tiny, capsys, tmp_path):
+    """``a=1x32,b=1x32`` in one --input-shape (as the benchmarks take models) is the repeated
+    flags; a comma between dimensions stays a dimension separator."""
+    assert api.each_spec(["input_ids=1x32,attention_mask=1,32", "x=2"]) == \
+        ["input_ids=1x32", "attention_mask=1,32", "x=2"]
+    assert api.parse_input_shapes(["input_ids=1x32,attention_mask=1,32"]) == \
+        api.parse_input_shapes(["input_ids=1x32", "attention_mask=1x32"]) == \
+        {"input_ids": (1, 32), "attention_mask": (1, 32)}
+    assert api.parse_input_values(["sr=16000,gain=0.5"]) == {"sr": 16000, "gain": 0.5}
+    with pytest.raises(api.OnnxsplitError, match="given twice for 'x'"):
+        api.parse_input_shapes(["x=1x2,x=1x2"])
+    _, _, cache = tiny
+    joined = ",".join(f"{k}={'x'.join(map(str, v))}" for k, v in TINY_BERT_SHAPES.items())
+    out = tmp_path / "w.json"
+    rc = main(["workload", str(TINY_BERT), "--input-shape", joined, "--profile", str(cache),
+               "-o", str(out)])
+    assert rc == 0 and capsys.readouterr().err == "" and out.exists()
+
+
 @pytest.mark.parametrize("extra,words", [
     (["--input-shape", "input_ids:1x32"], ["bad --input-shape", "NAME=DIMS"]),
     (["--input-shape", "input_ids=1x32"], ["unbound", "attention_mask"]),

@@ -80,7 +80,7 @@ def main(argv=None) -> int:
           f"{'ceiling/s':>10} {'ceiling x default':>18} {'copies x default':>17}", flush=True)
     for spec in args.models:
         model, _, shapes = spec.partition(":")
-        graph = OpGraph.from_onnx(model, parse_input_shapes([s for s in shapes.split(",") if s]))
+        graph = OpGraph.from_onnx(model, parse_input_shapes([shapes] if shapes else []))
         flops = sum(w.flops for w in costmodel.works(graph).values())
         got = baselines(model, input_feeds(graph), samples=args.samples, warmup=2)
         d = got.get(default, {}).get("throughput_per_s")

@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=45)
     args = ap.parse_args(argv)
     model, _, shapes = args.model.partition(":")
-    graph = OpGraph.from_onnx(model, parse_input_shapes([s for s in shapes.split(",") if s]))
+    graph = OpGraph.from_onnx(model, parse_input_shapes([shapes] if shapes else []))
     feeds = input_feeds(graph)
     loaded = {"plan": Parts.whole(model, args.ep), "twin": Parts.whole(model, args.ep),
               "ort_default_cpu": Parts.whole(model, CPU_EP)}

@@ -77,9 +77,7 @@ def _plan_label(plan: dict, split: dict) -> str:
 
 def bench(model: str, shapes: str, objective: str, devices: str | None, samples: int,
           time_limit: float, method: str = "auto") -> dict:
-    args = [model, "--method", method]
-    for s in filter(None, shapes.split(",")):
-        args += ["--input-shape", s]
+    args = [model, "--method", method] + (["--input-shape", shapes] if shapes else [])
     if devices:
         args += ["--devices", devices]
     with tempfile.TemporaryDirectory(prefix="bench_vs_ort.") as tmp:
