@@ -97,7 +97,7 @@ def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
     """``["input_ids=1x128", ...]`` -> ``{"input_ids": (1, 128)}``; one-line errors."""
     out: dict[str, tuple[int, ...]] = {}
     for spec in each_spec(specs):
-        name, eq, dims = str(spec).rpartition("=")
+        name, eq, dims = spec.rpartition("=")
         example = f"{name.strip() or 'input_ids'}=1x128"
         if not eq or not name.strip():
             raise OnnxsplitError(f"bad --input-shape '{spec}': expected NAME=DIMS, e.g. {example}")
@@ -119,7 +119,7 @@ def parse_input_values(specs) -> dict[str, float]:
     """``["sr=16000"]`` -> ``{"sr": 16000.0}``: inputs fed that value in every run."""
     out: dict[str, float] = {}
     for spec in each_spec(specs):
-        name, eq, value = str(spec).rpartition("=")
+        name, eq, value = spec.rpartition("=")
         try:
             number = float(value)
         except ValueError:

@@ -817,6 +817,7 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
             for name in group:
                 if spinning:
                     time.sleep(SETTLE_S)
+                # (an engine that does not say, as RayParts' actors do not, counts as spinning)
                 spinning = getattr(loaded[name], "spins", True)
                 try:
                     got[name].append(measure_pipeline(loaded[name], feeds, per_round[name], warmup))

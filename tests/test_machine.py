@@ -473,7 +473,8 @@ def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
 
 def test_each_measurement_waits_for_the_one_before_to_settle(monkeypatch):
     """A session's spinning threads must not be timed as the next session's slowness:
-    every measurement starts SETTLE_S after the previous one ended."""
+    after sessions that spin (as FakeParts do unless told), every measurement starts
+    SETTLE_S after the previous one ended."""
     from onnxsplit import runner
 
     events: list = []
