@@ -15,9 +15,10 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -m onnxsplit.solve.precompile
 	touch $@
 
-# the tests also run what optional extras give (Ray: the engine and the server)
+# the tests also run what optional extras give (Ray: the engine and the server; OpenVINO:
+# its runtime and plugin EP as providers and peers)
 $(VENV)/.installed-extras: $(VENV)/.installed
-	$(BIN)/python -m pip install -q -e ".[test,ray]"
+	$(BIN)/python -m pip install -q -e ".[test,ray,openvino]"
 	touch $@
 
 demo: $(VENV)/.installed

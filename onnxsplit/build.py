@@ -46,10 +46,11 @@ def choose_accelerators(cluster: Cluster, name: str | None) -> list[DeviceSpec]:
 
 
 def providers_needed(cluster: Cluster, accs) -> list[str]:
-    """The execution providers whose profile a workload for ``accs`` on ``cluster`` uses."""
+    """The execution providers whose profile a workload for ``accs`` on ``cluster`` uses
+    (the providers that share the CPU's cores included)."""
     accs = [accs] if isinstance(accs, DeviceSpec) else [a for a in (accs or []) if a is not None]
     eps = [cluster.cpu.execution_provider] + [a.execution_provider for a in accs if a.execution_provider]
-    return list(dict.fromkeys(eps))
+    return list(dict.fromkeys(eps + list(cluster.cpu.shared_by)))
 
 
 def class_name(spec: DeviceSpec) -> str:

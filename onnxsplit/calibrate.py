@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .export import UNFUSED
-from .profile.devices import CPU_EP
+from .profile.devices import CPU_EP, shares_cpu
 
 TARGET_S = 3.0  # seconds each configuration is timed for, over ROUNDS rounds
 ROUNDS = 5  # a shared machine's noise comes in slow minutes: alternate, keep medians
@@ -72,10 +72,11 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
     budget = MEMORY_SHARE * host_memory
     configs: dict[str, dict[str, Any]] = {"default": {"threads": 0}}
     unfused = ep == CPU_EP and may_fuse_slowly(model_path)
-    if ep == CPU_EP:
+    on_cores = shares_cpu(ep)  # (OpenVINO's runtime too: threads and copies, no levels)
+    if on_cores:
         for t in thread_counts(cores):
             configs[f"t{t}"] = {"threads": t}
-            if t == 1:
+            if t == 1 and ep == CPU_EP:
                 configs["t1_disabled"] = {"threads": 1, "optimization": "disabled"}
             if unfused:  # (on every core, as the default session runs: see whole_candidates)
                 configs[f"t{t}_{UNFUSED}"] = {"threads": 0 if t == cores else t, "optimization": UNFUSED}
@@ -108,7 +109,7 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
         for k, how in configs.items():
             results.update(measure({k: load(how)}))
     record: dict[str, Any] = {"default": _rounded(results["default"])}
-    if ep != CPU_EP:
+    if not on_cores:
         return record
     record["cores"] = cores
     record["threads"] = {}
@@ -146,7 +147,8 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
         for t, how in copies_runs.items():
             record["replicas"][t] = dict(_rounded(got[t]), copies=how["replicas"],
                                          optimization=how["optimization"])
-    record["runner"] = runner_costs()
+    if ep == CPU_EP:  # (the runner's own costs: one record holds them)
+        record["runner"] = runner_costs()
     return record
 
 

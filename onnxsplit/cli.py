@@ -298,6 +298,12 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("workload", help="workload JSON (the paper's format)")
     e.add_argument("split", help='split JSON: {"fpgas": [{"nodes": [...]}], "cpus": [...]} or a plan')
     e.add_argument("--objective", default="throughput", choices=["throughput", "latency"])
+    for command in (c, pr, wl, sp, ex, rn, sv, dv):  # those that open sessions
+        command.add_argument("--ep-library", action="append", default=[], metavar="NAME=PATH",
+                             help="load a plugin execution provider from its library (onnxruntime "
+                                  "1.23+), e.g. OpenVINOExecutionProvider=/path/libonnxruntime_"
+                                  "providers_openvino_plugin.so; installed packages onnxsplit knows "
+                                  "(onnxruntime-ep-openvino) load without it")
     return p
 
 
@@ -327,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
                "devices": _devices}[args.command]
     try:
         limits.set_limit(getattr(args, "memory_limit", None))  # for this command only
+        for spec in getattr(args, "ep_library", None) or []:
+            from . import plugins
+
+            plugins.add_libraries(spec)  # (child processes and Ray's actors load them too)
         return run(lambda: command(args))  # Ctrl-C ends it within 2 s (see interrupt.py)
     except OnnxsplitError as e:
         print(f"onnxsplit: error: {e}", file=sys.stderr)
@@ -596,7 +606,7 @@ def _compare(args) -> int:
                       "latency_ms": c.predicted["latency_ms"],
                       "throughput_per_s": c.predicted["throughput_per_s"]}
                      for c in machine.whole_candidates(workload, args.objective, prep.as_run["cpu"],
-                                                       prep.as_run.get("acc"))]
+                                                       prep.as_run.get("acc"), prep.shared)]
     else:
         workload = api.load_workload(args.workload)
     result = api.compare(workload, args.objective, time_limit=args.time_limit)
@@ -765,11 +775,15 @@ def _serve(args) -> int:
 
 def _devices(args) -> int:
     from . import api
+    from .profile.devices import provider_lines
 
     cluster = api.load_cluster(args.check)
     print(json.dumps(cluster.to_json(), indent=1))
     for note in cluster.notes:
         print(f"onnxsplit: note: {note}", file=sys.stderr)
+    if not args.check:
+        for line in provider_lines():
+            print(f"onnxsplit: note: {line}", file=sys.stderr)
     return 0
 
 

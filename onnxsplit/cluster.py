@@ -37,6 +37,9 @@ class DeviceSpec:
     efficiency: Mapping[str, float] | None = None
     unsupported_ops: tuple[str, ...] = ()
     machine: str | None = None  # the machine it is on (a Ray node's custom resource); None: any
+    # the cpu class only: other providers that run on the same cores (OpenVINO's runtime,
+    # a plugin EP's CPU device), each a way to run a part there, the cores counted once
+    shared_by: tuple[str, ...] = ()
 
     @property
     def is_cpu(self) -> bool:
@@ -56,6 +59,8 @@ class DeviceSpec:
             d["unsupported_ops"] = list(self.unsupported_ops)
         if self.machine:
             d["machine"] = self.machine
+        if self.shared_by:
+            d["shared_by"] = list(self.shared_by)
         return d
 
 
@@ -117,7 +122,8 @@ class Cluster:
         from .profile import devices as dv
 
         cpu = DeviceSpec(name="cpu", cls=CPU_CLASS, count=os.cpu_count() or 1,
-                         execution_provider=dv.CPU_EP, memory=float(dv.host_memory_bytes()))
+                         execution_provider=dv.CPU_EP, memory=float(dv.host_memory_bytes()),
+                         shared_by=tuple(dv.cpu_providers()))
         found = [cpu]
         links = []
         notes = []
@@ -126,7 +132,7 @@ class Cluster:
         for ep in sorted(present, key=lambda e: (dv.EP_PREFERENCE.index(e)
                                                  if e in dv.EP_PREFERENCE else len(dv.EP_PREFERENCE))):
             klass = dv.EP_CLASS.get(ep)
-            if ep == dv.CPU_EP or klass is None or klass in seen_classes:
+            if ep == dv.CPU_EP or dv.shares_cpu(ep) or klass is None or klass in seen_classes:
                 continue
             seen_classes.add(klass)
             count, memory = 1, 0.0
@@ -240,7 +246,7 @@ def _measured_links(ep: str, klass: str, count: int, notes: list[str]) -> list[L
 # ------------------------------------------------------------------------ field parsing
 
 _DEVICE_FIELDS = ("name", "class", "count", "execution_provider", "memory", "peak_flops",
-                  "memory_bandwidth", "call_overhead", "efficiency", "unsupported_ops", "machine")
+                  "memory_bandwidth", "call_overhead", "efficiency", "unsupported_ops", "machine", "shared_by")
 _LINK_FIELDS = ("between", "bandwidth", "latency")
 
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
@@ -346,8 +352,16 @@ def _device(d: Any, where: str) -> DeviceSpec:
     if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
         raise ClusterError(f"{where}.unsupported_ops must be a list of op type names")
     machine = _str(d, "machine", where) if d.get("machine") is not None else None
+    shared = d.get("shared_by", [])
+    if not isinstance(shared, list) or not all(isinstance(o, str) and o for o in shared):
+        raise ClusterError(f"{where}.shared_by must be a list of provider names "
+                           "(e.g. [\"OpenVINORuntime\"])")
+    if shared and klass != CPU_CLASS:
+        raise ClusterError(f"{where}.shared_by: only the 'cpu' class shares its cores with "
+                           "other providers")
     return DeviceSpec(name=name, cls=klass, count=count, execution_provider=ep, memory=memory,
-                      efficiency=eff, unsupported_ops=tuple(ops), machine=machine, **opt)
+                      efficiency=eff, unsupported_ops=tuple(ops), machine=machine,
+                      shared_by=tuple(dict.fromkeys(shared)), **opt)
 
 
 def _link(d: Any, where: str, classes: set[str]) -> LinkSpec:

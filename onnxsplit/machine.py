@@ -22,7 +22,9 @@ import numpy as np
 
 from . import calibrate as cal
 from .export import UNFUSED, UNFUSED_CONFIG, part_deps
+from .openvino import RUNTIME
 from .plan import Plan
+from .profile.devices import CPU_EP
 from .solve import evaluate
 
 SESSION_CALL_MS = 0.05  # one onnxruntime session call's own cost (bind, hand back outputs)
@@ -106,8 +108,13 @@ LEVEL_SAYS = {"disabled": ", graph optimisations off",
 
 
 def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
-                     acc_rec: Mapping[str, Any] | None) -> list[Candidate]:
-    """The model kept whole, as onnxruntime runs it (see the module docstring)."""
+                     acc_rec: Mapping[str, Any] | None,
+                     shared: Mapping[str, Mapping[str, Any]] | None = None) -> list[Candidate]:
+    """The model kept whole, as onnxruntime runs it (see the module docstring), and as
+    each provider that shares the CPU's cores runs it (``shared``: provider -> its
+    calibration; OpenVINO's runtime: its LATENCY hint on every core, streams side by
+    side, fewer threads).  A candidate's ``execution["provider"]`` names a provider other
+    than the CPU EP that runs its CPU device."""
     out = []
 
     def add(device: str, got: Mapping[str, Any], execution: dict[str, Any], what: str) -> None:
@@ -120,30 +127,52 @@ def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
                              dict(execution, run_as="pipeline"), pred))
 
     if workload.num_cpus:
-        cores = int(cpu_rec.get("cores") or workload.num_cpus)
-        add("cpu0", cpu_rec.get("default"), {"cpu_threads": 0, "optimization": "all",
-                                             "replicas": 1, "baseline": True},
-            "onnxruntime's default session on the CPU")
-        for t, rep in (cpu_rec.get("replicas") or {}).items():
-            copies = rep.get("copies", 1)
-            if int(t) * copies > workload.num_cpus or (copies > 1 and objective == "latency"):
-                continue  # more cores than the cluster has; copies do not cut latency
-            level = rep.get("optimization", "all")
-            every_core = copies == 1 and int(t) >= cores
-            if every_core and level == "all":
-                continue  # the default session by another name
-            # on every core at another level: the default session's own threads (which it
-            # pins to cores, where explicit threads are not), so that the level alone differs
-            what = (f"{copies} copies of the model side by side, {t} thread(s) each" if copies > 1
-                    else "onnxruntime's default session" if every_core
-                    else f"one onnxruntime session with {t} intra-op threads") + LEVEL_SAYS.get(level, "")
-            add("cpu0", rep, {"cpu_threads": 0 if every_core else int(t), "optimization": level,
-                              "replicas": copies}, what)
+        for provider, rec in [(CPU_EP, cpu_rec)] + list((shared or {}).items()):
+            for what, got, execution in _on_cores(workload, objective, provider, rec, cpu_rec):
+                add("cpu0", got, execution, what)
     if acc_rec and accelerator_fits(workload):
         add("acc0", acc_rec.get("default"), {"cpu_threads": 0, "optimization": "all",
                                              "replicas": 1, "baseline": True},
             "onnxruntime's default session on the accelerator")
     return out
+
+
+# how a candidate's description names a provider that runs the whole model on the cores,
+# and its default configuration
+PROVIDER_SAYS = {CPU_EP: ("onnxruntime", "onnxruntime's default session on the CPU"),
+                 RUNTIME: ("OpenVINO", "OpenVINO's LATENCY hint on every core")}
+
+
+def _on_cores(workload, objective: str, provider: str, rec: Mapping[str, Any],
+              cpu_rec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], dict[str, Any]]]:
+    """(what, calibrated figures, execution) of each way ``provider`` runs the whole
+    model on the host's cores: its default, and each calibrated thread count (copies
+    side by side where fewer threads than cores)."""
+    name, default_says = PROVIDER_SAYS.get(provider, (provider, f"{provider}'s default session"))
+    mark = {} if provider == CPU_EP else {"provider": provider}
+    found = [(default_says, rec.get("default"), {"cpu_threads": 0, "optimization": "all",
+                                                 "replicas": 1, "baseline": True, **mark})]
+    cores = int(rec.get("cores") or cpu_rec.get("cores") or workload.num_cpus)
+    for t, rep in (rec.get("replicas") or {}).items():
+        copies = rep.get("copies", 1)
+        if int(t) * copies > workload.num_cpus or (copies > 1 and objective == "latency"):
+            continue  # more cores than the cluster has; copies do not cut latency
+        level = rep.get("optimization", "all")
+        every_core = copies == 1 and int(t) >= cores
+        if every_core and level == "all":
+            continue  # the default session by another name
+        # on every core at another level: the default session's own threads (which it
+        # pins to cores, where explicit threads are not), so that the level alone differs
+        if provider == CPU_EP:
+            what = (f"{copies} copies of the model side by side, {t} thread(s) each" if copies > 1
+                    else "onnxruntime's default session" if every_core
+                    else f"one onnxruntime session with {t} intra-op threads") + LEVEL_SAYS.get(level, "")
+        else:
+            what = (f"{name}, {copies} streams side by side, {t} thread(s) each" if copies > 1
+                    else f"{name} with {t} thread(s)")
+        found.append((what, rep, {"cpu_threads": 0 if every_core else int(t), "optimization": level,
+                                  "replicas": copies, **mark}))
+    return found
 
 
 def _factor(as_run_ms: float | None, unoptimised_ms: float | None) -> float:

@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from . import interrupt
-from .profile.devices import CPU_EP
+from . import interrupt, openvino
+from .profile.devices import CPU_EP, shares_cpu
 from .runner import RunError, read_manifest, session_spec
 
 GPU_EPS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider")
@@ -76,10 +76,8 @@ class PartActor:
     """One part's session on the node Ray placed it on."""
 
     def __init__(self, spec: Mapping[str, Any], folder: str, shipped, providers: list, threads: int | None,
-                 optimize: bool):
-        import onnxruntime as ort
-
-        from .profile.measure import session_options
+                 optimize: bool, device_id: int | None = None):
+        from .sessions import SessionError, open_sessions
 
         self.spec = dict(spec)
         self.made = None  # the folder this actor made for shipped files (removed by cleanup)
@@ -90,15 +88,19 @@ class PartActor:
                 Path(folder, name).write_bytes(data)
         self.folder = folder
         path = Path(folder) / spec["file"]
-        so = session_options(threads, optimize=optimize)
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        for k, v in (spec.get("config") or {}).items():
-            so.add_session_config_entry(k, str(v))
+        config = {k: str(v) for k, v in (spec.get("config") or {}).items()}
+        if providers[0] != openvino.RUNTIME:
+            config = {"session.intra_op.allow_spinning": "0", **config}
+        elif providers[0] != spec["execution_provider"]:
+            config = {}
+        shapes = {t["name"]: t["shape"] for t in spec.get("inputs") or []
+                  if isinstance(t.get("shape"), list)} or None
         try:
-            self.session = ort.InferenceSession(str(path), so, providers=providers, enable_fallback=0)
-        except Exception as e:
+            self.session = open_sessions(path, providers, threads=threads, optimize=optimize,
+                                         config=config, device_id=device_id, shapes=shapes)[0]
+        except SessionError as e:
             raise RunError(f"part {spec['name']} ({spec['file']}) cannot be loaded on {providers[0]}: "
-                           f"{' '.join(str(e).split())[:300]}") from None
+                           f"{e}") from None
         self.inputs = [i["name"] for i in spec["inputs"]] if spec.get("inputs") is not None \
             else [i.name for i in self.session.get_inputs()]
         self.outputs = [o["name"] for o in spec["outputs"]] if spec.get("outputs") is not None \
@@ -160,10 +162,12 @@ class RayParts:
         shipped = ship_parts(self.dir, specs) if ship else {}
         self.actors: list[list[Any]] = []
         self.execution_providers = []
-        for p, (providers, threads, opts, ep) in zip(specs, actor_plans(specs, have, cpu_threads, fallback_cpu)):
+        for p, (providers, threads, opts, ep, device_id) in zip(
+                specs, actor_plans(specs, have, cpu_threads, fallback_cpu)):
             level = p.get("optimization")
             copies = [actor.options(**opts, max_concurrency=1).remote(
-                p, str(self.dir), shipped.get(p["file"]), providers, threads, optimize if level is None else level == "all")
+                p, str(self.dir), shipped.get(p["file"]), providers, threads,
+                optimize if level is None else level == "all", device_id)
                       for _ in range(max(1, int(p.get("replicas") or 1)))]
             self.actors.append(copies)
             self.execution_providers.append(ep)
@@ -268,20 +272,19 @@ def ship_parts(folder: Path, specs) -> dict[str, Any]:
 
 def actor_plans(specs, have: Mapping[str, float], cpu_threads: int | None, fallback_cpu: bool) -> list[tuple]:
     """Per part: (the providers its session opens, its intra-op threads, the Ray options
-    its actors ask with, the provider it runs on); a one-line error where the cluster
-    cannot give a part what it needs."""
+    its actors ask with, the provider it runs on, the device id it addresses); a one-line
+    error where the cluster cannot give a part what it needs.  A provider that runs on
+    the host's cores (OpenVINO's runtime) is a CPU part, as the CPU EP's are."""
     out = []
     for p, share in zip(specs, _cpu_shares(specs, have, cpu_threads)):
         ep = p["execution_provider"]
         on_gpu = ep in GPU_EPS and have.get("GPU", 0) >= 1
-        absent = ep != CPU_EP and not on_gpu
+        absent = not (shares_cpu(ep) or on_gpu)
         if absent and not fallback_cpu:  # (Ray offers CPUs and GPUs; other kinds are not found)
             raise RunError(f"part {p['name']} needs {ep}, which no node of the Ray cluster offers "
                            f"(its resources: {', '.join(sorted(have))}); --fallback-cpu runs it on a CPU")
         eps = p.get("execution_providers") or [ep]
         providers: list = [CPU_EP] if absent else list(dict.fromkeys(list(eps) + [CPU_EP]))
-        if on_gpu:  # Ray shows the actor only the GPU it was given
-            providers[0] = (providers[0], {"device_id": "0"})
         threads = p.get("threads")
         if threads is None and ep == CPU_EP:
             threads = cpu_threads
@@ -294,7 +297,8 @@ def actor_plans(specs, have: Mapping[str, float], cpu_threads: int | None, fallb
                                f"the Ray cluster offers a resource of that name (start its node with "
                                f"--resources '{{\"{p['machine']}\": 1}}')")
             opts["resources"] = {p["machine"]: MACHINE_SHARE}
-        out.append((providers, threads, opts, CPU_EP if absent else ep))
+        # (on a GPU, Ray shows the actor only the one it was given: device 0)
+        out.append((providers, threads, opts, CPU_EP if absent else ep, 0 if on_gpu else None))
     return out
 
 
@@ -307,7 +311,7 @@ def _cpu_shares(specs, have: Mapping[str, float], cpu_threads: int | None) -> li
         threads = p.get("threads")
         if threads is None and p["execution_provider"] == CPU_EP:
             threads = cpu_threads
-        want.append(max(1, int(threads or 1)) if p["execution_provider"] == CPU_EP else 1)
+        want.append(max(1, int(threads or 1)) if shares_cpu(p["execution_provider"]) else 1)
     copies = [max(1, int(p.get("replicas") or 1)) for p in specs]
     total = sum(w * c for w, c in zip(want, copies))
     scale = min(1.0, float(have.get("CPU", 1.0)) / total) if total else 1.0

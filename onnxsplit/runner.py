@@ -35,6 +35,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from . import openvino
 from .errors import OnnxsplitError
 from .export import FORMAT, MANIFEST, level_fields, part_deps
 from .profile.devices import CPU_EP
@@ -254,7 +255,7 @@ class Parts:
         return self
 
     def _load(self, specs, optimize: bool, cpu_threads: int | None, fallback_cpu: bool) -> None:
-        import onnxruntime as ort
+        from .sessions import SessionError, open_sessions
 
         self.parts = list(specs)
         self.devices = list(dict.fromkeys(p["device"] for p in self.parts))
@@ -272,31 +273,27 @@ class Parts:
             providers = [CPU_EP] if p["name"] in absent else _providers(eps[0], fallback_cpu)
             if len(eps) > 1 and providers[0] == eps[0]:
                 providers = list(dict.fromkeys(list(eps) + [CPU_EP]))
-            addressed = list(providers)
-            if p.get("device_id") is not None and providers[0] == eps[0] != CPU_EP:
-                addressed[0] = (providers[0], {"device_id": str(p["device_id"])})
-            so = session_options(threads, optimize=opt)
             config = {k: str(v) for k, v in (p.get("config") or {}).items()}
-            if threads != 1 and len(specs) > 1:
+            if providers[0] != eps[0] == openvino.RUNTIME:
+                config = {}  # (OpenVINO's properties: the CPU EP's session does not know them)
+            if threads != 1 and len(specs) > 1 and providers[0] != openvino.RUNTIME:
                 # a pipeline's sessions share the cores: an idle stage's intra-op threads
                 # must not spin on a core another stage needs
                 config = {"session.intra_op.allow_spinning": "0", **config}
-            for k, v in config.items():
-                so.add_session_config_entry(k, v)
             self.spins |= threads != 1 and config.get("session.intra_op.allow_spinning") != "0"
-            copies = []
-            for _ in range(max(1, int(p.get("replicas") or 1))):
-                try:
-                    # enable_fallback=0: onnxruntime would otherwise print to stdout and
-                    # quietly run the part on the CPU when the EP cannot be set up
-                    sess = ort.InferenceSession(str(self.dir / p["file"]), so,
-                                                providers=addressed, enable_fallback=0)
-                except Exception as e:
-                    raise RunError(f"part {p['name']} ({p['file']}) cannot be loaded on "
-                                   f"{p['execution_provider']}: "
-                                   f"{' '.join(str(e).split())[:300]}") from None
+            addressed = p.get("device_id") if providers[0] == eps[0] != CPU_EP else None
+            shapes = {t["name"]: t["shape"] for t in p.get("inputs") or []
+                      if isinstance(t.get("shape"), list)} or None
+            try:
+                copies = open_sessions(self.dir / p["file"], providers, threads=threads,
+                                       optimize=opt, config=config,
+                                       copies=int(p.get("replicas") or 1), device_id=addressed,
+                                       shapes=shapes)
+            except SessionError as e:
+                raise RunError(f"part {p['name']} ({p['file']}) cannot be loaded on "
+                               f"{providers[0]}: {e}") from None
+            for sess in copies:
                 _check_runs_on(sess, providers[0], f"part {p['name']} ({p['file']})")
-                copies.append(sess)
             self.sessions.append(copies)
             self.execution_providers.append(providers[0])
         first = self.sessions[0][0]
@@ -570,15 +567,12 @@ def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str
 
 def _whole_session(model_path: str | Path, threads: int, optimize: bool,
                    ep: str = CPU_EP):
-    import onnxruntime as ort
+    from .sessions import SessionError, open_sessions
 
-    providers = _providers(ep)
     try:
-        sess = ort.InferenceSession(str(model_path), session_options(threads, optimize=optimize),
-                                    providers=providers, enable_fallback=0)
-    except Exception as e:
-        raise RunError(f"the original model '{model_path}' cannot be loaded on {ep}: "
-                       f"{' '.join(str(e).split())[:300]}") from None
+        sess = open_sessions(model_path, _providers(ep), threads=threads, optimize=optimize)[0]
+    except SessionError as e:
+        raise RunError(f"the original model '{model_path}' cannot be loaded on {ep}: {e}") from None
     _check_runs_on(sess, ep, f"the original model '{model_path}'")
     return sess
 
@@ -709,21 +703,37 @@ def copies_name(cores: int) -> str:
     return f"ort_replicas_cpu_{cores}x1"
 
 
+def openvino_name(hint: str) -> str:
+    """The baseline name of OpenVINO's runtime with one of its performance hints."""
+    return f"openvino_{hint.lower()}"
+
+
 def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = None
                   ) -> dict[str, tuple[str, dict[str, Any]]]:
-    """What a user runs instead of onnxsplit, name -> (EP, how ``Parts.whole`` runs it):
-    onnxruntime's default session on the CPU (all graph optimisations, default threads);
-    copies of the whole model side by side, one single-thread session per core; on each
-    accelerator EP, its default session (onnxruntime puts what the EP cannot run on the
-    CPU) and, with ``capacity_kb``, its capacity-aware partitioning under that memory
-    budget, ad hoc and with the per-node memory statistics it collects first."""
+    """What a user runs instead of onnxsplit, name -> (EP, how ``Parts.whole`` runs it, or
+    with ``hint`` how :class:`openvino.Hinted` does): onnxruntime's default session on the
+    CPU (all graph optimisations, default threads); copies of the whole model side by
+    side, one single-thread session per core; where installed, OpenVINO's own runtime
+    with its LATENCY and THROUGHPUT hints and each plugin EP on the CPU (OpenVINO's EP)
+    as onnxruntime runs it by default; on each accelerator EP, its default session
+    (onnxruntime puts what the EP cannot run on the CPU) and, with ``capacity_kb``, its
+    capacity-aware partitioning under that memory budget, ad hoc and with the per-node
+    memory statistics it collects first."""
     import os
+
+    from .profile.devices import cpu_providers
 
     cores = os.cpu_count() or 1
     runs: dict[str, tuple[str, dict[str, Any]]] = {
         default_session_name(CPU_EP): (CPU_EP, {"threads": 0}),
         copies_name(cores): (CPU_EP, {"threads": 1, "replicas": cores}),
     }
+    for ep in cpu_providers():
+        if ep == openvino.RUNTIME:
+            for hint in openvino.HINTS:
+                runs[openvino_name(hint)] = (ep, {"threads": 0, "hint": hint})
+        else:
+            runs[default_session_name(ep)] = (ep, {"threads": 0})
     for ep in dict.fromkeys(accelerators):
         short = _short(ep)
         runs[default_session_name(ep)] = (ep, {"threads": 0})
@@ -761,12 +771,16 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
                     stats = Path(stats_dir) / "node_memory.csv"
                     _collect_memory_stats(model_path, ep, feeds, stats)
                     config[k] = v.replace("{stats}", str(stats))
-            loaded[name] = Parts.whole(model_path, ep, **dict(how, config=config))
-        except RunError as e:
+            if "hint" in how:
+                loaded[name] = openvino.Hinted(model_path, how["hint"])
+            else:
+                loaded[name] = Parts.whole(model_path, ep, **dict(how, config=config))
+        except (RunError, openvino.OpenVINOError) as e:
             out[name] = {"error": str(e)}
             continue
         out[name] = {"execution_provider": ep, "threads": how["threads"],
-                     "replicas": how.get("replicas", 1)}
+                     "replicas": getattr(loaded[name], "requests", how.get("replicas", 1)),
+                     **({"hint": how["hint"]} if "hint" in how else {})}
     for name, got in measure_rounds(loaded, feeds, samples, warmup, rounds,
                                     pair_with="onnxsplit" if plan is not None else None).items():
         if "error" in got:

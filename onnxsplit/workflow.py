@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from . import calibrate, machine
+from . import calibrate, machine, openvino
 from . import export as ex
 from .build import build_workload, choose_accelerators, pick_entries, providers_needed
 from .cluster import Cluster
@@ -34,7 +34,7 @@ from .export import check_out, session_ready
 from .graph import OpGraph
 from .plan import Plan, gap_of, read_json
 from .profile import ProfileFile, available_providers, ensure_profiled
-from .profile.devices import CPU_EP
+from .profile.devices import CPU_EP, describe, shares_cpu
 from .profile.measure import input_feeds
 from .runner import run_parts
 from .shapes import bytes_text
@@ -74,8 +74,16 @@ class Prepared:
     accelerator: Any  # DeviceSpec | None
     workload: Any  # Workload
     seconds: dict[str, float]
-    as_run: dict[str, Any] = field(default_factory=dict)  # "cpu"/"acc" -> calibration record
+    # "cpu"/"acc" -> calibration record; also each provider that shares the CPU's cores
+    # (by name: cluster.cpu.shared_by)
+    as_run: dict[str, Any] = field(default_factory=dict)
     unoptimised_ms: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def shared(self) -> dict[str, Any]:
+        """The calibrations of the providers that share the CPU's cores, by provider."""
+        shared = self.cluster.cpu.shared_by if self.cluster is not None else ()
+        return {ep: self.as_run[ep] for ep in shared if self.as_run.get(ep)}
 
 
 def _say(quiet: bool, text: str) -> None:
@@ -134,16 +142,18 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
     store = None
     feeds = None
     model_bytes = float(workload.size.sum())
-    for kind, entry in (("cpu", cpu_entry), ("acc", acc_entry)):
-        if entry is None:
-            continue
+    kinds = [("cpu", cpu_entry), ("acc", acc_entry)]
+    kinds += [(ep, known.entry(ep, hardware=describe(ep))) for ep in cluster.cpu.shared_by]
+    for kind, entry in kinds:
+        if entry is None or entry.settings.get("refused"):
+            continue  # (a provider that refused the model: planned without)
         unopt[kind] = entry.whole_model_ms.get("median")
         record = dict(entry.as_run)
         if entry.execution_provider in present and (again or calibrate.stale(record)):
             record = {}
         if not record and entry.execution_provider in present:
             _say(quiet, f"calibrating the whole model on {entry.execution_provider} "
-                        "(as users run onnxruntime)")
+                        "(as users run it)")
             feeds = feeds if feeds is not None else input_feeds(graph)
             # in a fresh process, as `run` measures, apart from what profiling left in
             # this one (sessions, arenas, threads)
@@ -350,7 +360,7 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
     acc_rec = prep.as_run.get("acc")
     costs = machine.CallCosts.of(cpu_rec)
     wholes = [] if pinned or method != "auto" else \
-        machine.whole_candidates(workload, objective, cpu_rec, acc_rec)
+        machine.whole_candidates(workload, objective, cpu_rec, acc_rec, prep.shared)
     splits = machine.split_workloads(workload, objective, cpu_rec, acc_rec, prep.unoptimised_ms)
     found = []
     for w, ex in splits:
@@ -566,14 +576,16 @@ def best_single_device(workload) -> dict[str, Any]:
 # ---------------------------------------------------------------------- export + verify
 
 
-def device_providers(workload, cluster, acc, cpu_threads: int = 1
+def device_providers(workload, cluster, acc, cpu_threads: int = 1, cpu_provider: str | None = None
                      ) -> tuple[dict[str, str], dict[str, int]]:
     """Workload device name -> execution provider, and -> intra-op threads (a CPU device:
-    ``cpu_threads``, 0 for onnxruntime's default)."""
+    ``cpu_threads``, 0 for onnxruntime's default; ``cpu_provider``: what runs the CPU
+    devices where not the cluster's CPU EP, e.g. OpenVINO's runtime)."""
     providers, threads = {}, {}
     for d in workload.devices:
         if d.kind == "cpu":
-            providers[d.name], threads[d.name] = cluster.cpu.execution_provider, cpu_threads
+            providers[d.name] = cpu_provider or cluster.cpu.execution_provider
+            threads[d.name] = cpu_threads
         else:
             spec = _spec_of(workload, cluster, acc, d.index)
             providers[d.name] = spec.execution_provider or f"{spec.name} (no execution provider)"
@@ -660,7 +672,8 @@ def read_plan_file(path: str | Path, graph, workload) -> Plan:
     execution = (data.get("details") or {}).get("execution") if isinstance(data.get("details"), dict) else None
     if isinstance(execution, dict):
         details["execution"] = {k: execution[k] for k in ("cpu_threads", "optimization",
-                                                          "replicas", "run_as") if k in execution}
+                                                          "replicas", "run_as", "provider")
+                                if k in execution}
         problem = _execution_problem(details["execution"])
         if problem:
             raise SplitError(f"{path}: details.execution.{problem}")
@@ -678,6 +691,10 @@ def _execution_problem(execution: Mapping[str, Any]) -> str | None:
         return f"optimization must be one of {', '.join(ex.LEVELS)}"
     if execution.get("run_as", "pipeline") not in ("pipeline", "session"):
         return "run_as must be pipeline or session"
+    provider = execution.get("provider", CPU_EP)
+    if not isinstance(provider, str) or not shares_cpu(provider):
+        return (f"provider must name what runs the CPU devices ({CPU_EP}, {openvino.RUNTIME}, "
+                f"or a plugin EP's CPU device), got {provider!r}")
     return None
 
 
@@ -700,7 +717,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
             violations.append(f"operator '{graph.nodes[nid].name}' is pinned to {kind} but "
                               f"placed on {dev}")
     providers, threads = device_providers(workload, prep.cluster, prep.accelerator,
-                                          execution.get("cpu_threads", 1))
+                                          execution.get("cpu_threads", 1), execution.get("provider"))
     names = [n.name for n in graph.nodes]
     device_of = {names[i]: d for i, d in plan.assignment.items()}
     piece_of = _pieces_by_name(workload, plan, names)

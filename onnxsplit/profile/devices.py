@@ -55,11 +55,32 @@ EP_PREFERENCE = ("CUDAExecutionProvider", "ROCMExecutionProvider", "DmlExecution
 
 
 def available_providers() -> list[str]:
-    """EPs of this onnxruntime build that run operators on this machine, CPU last."""
+    """Providers that run operators on this machine, CPU last: the EPs of this onnxruntime
+    build, the plugin EPs that offer a device here (``onnxsplit.plugins``), and OpenVINO's
+    own runtime where it is installed (``onnxsplit.openvino``)."""
     import onnxruntime as ort
 
+    from .. import openvino, plugins
+
     eps = [ep for ep in ort.get_available_providers() if ep not in NOT_DEVICES]
+    eps += [ep for ep in plugins.providers() if ep not in eps]
+    if openvino.available():
+        eps.append(openvino.RUNTIME)
     return [ep for ep in eps if ep != CPU_EP] + ([CPU_EP] if CPU_EP in eps else [])
+
+
+def shares_cpu(ep: str) -> bool:
+    """Whether ``ep`` runs on the host's cores, as the CPU EP does: OpenVINO's runtime, and
+    a plugin EP whose device here is the CPU.  A plan counts those cores once, whichever
+    provider runs a part on them."""
+    from .. import openvino, plugins
+
+    return ep in (CPU_EP, openvino.RUNTIME) or ep in plugins.cpu_providers()
+
+
+def cpu_providers() -> list[str]:
+    """The providers present that run on the host's cores besides the CPU EP."""
+    return [ep for ep in available_providers() if ep != CPU_EP and shares_cpu(ep)]
 
 
 def preferred_providers() -> list[str]:
@@ -71,8 +92,8 @@ def preferred_providers() -> list[str]:
     rank = {ep: i for i, ep in enumerate(EP_PREFERENCE)}
     out, classes = [], set()
     for ep in sorted(present, key=lambda e: rank.get(e, len(rank))):
-        if ep == CPU_EP:
-            continue
+        if shares_cpu(ep):
+            continue  # (the cores: the CPU EP; others that run on them are asked for by name)
         klass = EP_CLASS.get(ep, ep)
         if klass not in classes:
             classes.add(klass)
@@ -158,3 +179,31 @@ def device_key(ep: str, threads: int = 1) -> str:
 
 def host_memory_bytes() -> int:
     return host_bytes("MemTotal")
+
+
+def provider_lines() -> list[str]:
+    """One line per provider beyond onnxruntime's own that a user could run parts on: what
+    it offers here, or why nothing (``onnxsplit devices``)."""
+    from .. import openvino, plugins
+
+    out = []
+    if openvino.available():
+        out.append(f"{openvino.RUNTIME}: OpenVINO {openvino.version()} on {openvino.device_name()}, "
+                   f"sharing the CPU's cores with {CPU_EP}")
+    else:
+        out.append(f"{openvino.RUNTIME}: absent (pip install openvino, or 'onnxsplit[openvino]')")
+    found = {p.name: p for p in plugins.plugins()}
+    for ep, package in plugins.KNOWN.items():
+        if ep not in found:
+            out.append(f"{ep}: absent (pip install {package.replace('_', '-')}, or 'onnxsplit[openvino]')")
+    for p in found.values():
+        where = f"{p.name} ({p.source})"
+        if not p.devices:
+            out.append(f"{where}: {p.why_none}")
+            continue
+        devs = ", ".join(f"{d['type']} {d['vendor']}".strip() for d in p.devices)
+        cpu = any(d["type"] == "cpu" for d in p.devices)
+        out.append(f"{where}: {devs}" + (f"; its cpu device shares the cores with {CPU_EP}" if cpu else "")
+                   + ("; its gpu/npu devices are listed, not planned for" if any(
+                       d["type"] != "cpu" for d in p.devices) else ""))
+    return out

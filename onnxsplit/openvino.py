@@ -1,0 +1,342 @@
+"""OpenVINO's own runtime as a provider: it runs on the host's cores, beside the CPU EP.
+
+Users on a CPU often pick OpenVINO instead of onnxruntime (``compile_model(path, "CPU",
+{"PERFORMANCE_HINT": ...})``): per model it can be faster or slower than onnxruntime's
+CPU kernels, and per operator too.  Here it is one more way to run a part, named RUNTIME
+in a manifest, with the interface the runner uses of an onnxruntime session
+(:class:`Session`: ``run``, ``get_inputs``, ``get_outputs``, ``get_providers``):
+
+* a part's ``threads`` are OpenVINO's ``INFERENCE_NUM_THREADS`` (0: its LATENCY hint,
+  every core) and its ``replicas`` are streams of one compiled model (the weights held
+  once), one infer request per stream, each run by one of the runner's worker threads
+  (``infer`` releases the GIL);
+* inference runs in float32 (``INFERENCE_PRECISION_HINT``): on CPUs with bf16 units
+  OpenVINO would otherwise compute in bf16, which the check against the original
+  model cannot accept;
+* a model with dynamic input dimensions is compiled for the shapes a part was exported
+  with, or for the first shapes it is run on (static shapes compile to faster kernels).
+
+:class:`Hinted` is OpenVINO run the way its documentation tells users to, as a baseline
+beside onnxsplit: its LATENCY hint with one request, or its THROUGHPUT hint with
+``AsyncInferQueue`` and the optimal number of requests.  :func:`profile_nodes` times every
+ONNX node inside whole-model runs (OpenVINO's per-layer counters, each executed layer's
+time spread over the ONNX nodes it was made of).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
+
+RUNTIME = "OpenVINORuntime"  # a manifest's execution_provider for a part OpenVINO runs
+DEVICE = "CPU"  # OpenVINO's device: the host's cores
+# OpenVINO element type -> onnxruntime's type string (what the runner's feeds read)
+_TYPES = {"f32": "tensor(float)", "f64": "tensor(double)", "f16": "tensor(float16)",
+          "bf16": "tensor(bfloat16)", "i64": "tensor(int64)", "i32": "tensor(int32)",
+          "i16": "tensor(int16)", "i8": "tensor(int8)", "u8": "tensor(uint8)",
+          "u16": "tensor(uint16)", "u32": "tensor(uint32)", "u64": "tensor(uint64)",
+          "boolean": "tensor(bool)", "string": "tensor(string)"}
+COMPILED_SHAPES = 4  # compiled models a session keeps for inputs of other shapes
+
+
+class OpenVINOError(RuntimeError):
+    """OpenVINO refused a model or failed to run it."""
+
+
+@functools.lru_cache(maxsize=None)
+def _core():
+    import openvino as ov
+
+    return ov.Core()
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """Whether OpenVINO's runtime is installed and offers the CPU here."""
+    try:
+        return DEVICE in _core().available_devices
+    except Exception:
+        return False
+
+
+def version() -> str:
+    try:
+        import openvino as ov
+
+        return ov.__version__.split("-")[0]
+    except Exception:
+        return ""
+
+
+def device_name() -> str:
+    try:
+        return str(_core().get_property(DEVICE, "FULL_DEVICE_NAME"))
+    except Exception:
+        return DEVICE
+
+
+def properties(threads: int | None, replicas: int, config: Mapping[str, Any] | None = None,
+               exact: bool = True) -> dict[str, str]:
+    """How onnxsplit compiles a part: ``threads`` per stream (0 or None: OpenVINO's own
+    choice, every core), ``replicas`` streams, float32 where ``exact``; ``config``
+    (OpenVINO property -> value) on top."""
+    props: dict[str, str] = {}
+    if replicas > 1:
+        props["NUM_STREAMS"] = str(replicas)
+        if threads:
+            props["INFERENCE_NUM_THREADS"] = str(threads * replicas)
+        props["PERFORMANCE_HINT"] = "THROUGHPUT"
+    else:
+        props["PERFORMANCE_HINT"] = "LATENCY"
+        if threads:
+            props["INFERENCE_NUM_THREADS"] = str(threads)
+    if exact:
+        props["INFERENCE_PRECISION_HINT"] = "f32"
+    props.update({k: str(v) for k, v in (config or {}).items()})
+    return props
+
+
+class _Port:
+    """An input or output as onnxruntime's NodeArg shows it (name, type, shape)."""
+
+    def __init__(self, port):
+        self.name = port.get_any_name()
+        self.type = _TYPES.get(port.get_element_type().get_type_name(), "tensor(float)")
+        shape = port.get_partial_shape()
+        self.shape = [d.get_length() if d.is_static else f"d{i}" for i, d in enumerate(shape)]
+
+
+class _Compiled:
+    """One model compiled for each input signature it is run with, shared by the streams
+    (sessions) of one part: ``requests`` infer requests per compiled model."""
+
+    def __init__(self, path: str | Path, props: Mapping[str, str], requests: int,
+                 shapes: Mapping[str, Iterable[int]] | None = None):
+        self.path = str(path)
+        self.props = dict(props)
+        self.requests = max(1, requests)
+        self.lock = threading.Lock()
+        self.by_shape: dict[tuple, tuple[Any, list[Any]]] = {}
+        try:
+            self.model = _core().read_model(self.path)
+        except Exception as e:
+            raise OpenVINOError(_one_line(e)) from None
+        self.inputs = [_Port(p) for p in self.model.inputs]
+        self.outputs = [_Port(p) for p in self.model.outputs]
+        self.static = all(p.get_partial_shape().is_static for p in self.model.inputs)
+        if self.static:
+            self._compile(None, None)
+        elif shapes and all(i.name in shapes for i in self.inputs):
+            self._compile(self._signature(shapes), shapes)
+
+    @staticmethod
+    def _signature(shapes: Mapping[str, Iterable[int]]) -> tuple:
+        return tuple(sorted((k, tuple(int(d) for d in v)) for k, v in shapes.items()))
+
+    def _compile(self, key, shapes):
+        model = self.model
+        if shapes is not None:
+            model = model.clone()
+            try:
+                model.reshape({k: list(map(int, v)) for k, v in shapes.items()})
+            except Exception as e:
+                raise OpenVINOError(f"cannot take inputs of shapes {dict(shapes)}: {_one_line(e)}") from None
+        try:
+            compiled = _core().compile_model(model, DEVICE, self.props)
+        except Exception as e:
+            raise OpenVINOError(_one_line(e)) from None
+        got = (compiled, [compiled.create_infer_request() for _ in range(self.requests)])
+        if len(self.by_shape) >= COMPILED_SHAPES:
+            self.by_shape.pop(next(iter(self.by_shape)))
+        self.by_shape[key] = got
+        return got
+
+    def request(self, feeds: Mapping[str, Any], copy: int):
+        if self.static:
+            return self.by_shape[None][1][copy]
+        key = self._signature({k: np.shape(v) for k, v in feeds.items()})
+        with self.lock:
+            got = self.by_shape.get(key) or self._compile(key, {k: np.shape(v) for k, v in feeds.items()})
+        return got[1][copy]
+
+    def first(self):
+        return next(iter(self.by_shape.values()))[0] if self.by_shape else None
+
+
+class Session:
+    """One stream of a compiled part, behind the interface the runner uses of an
+    onnxruntime session."""
+
+    def __init__(self, compiled: _Compiled, copy: int):
+        self._c = compiled
+        self._copy = copy
+
+    def get_inputs(self) -> list[_Port]:
+        return list(self._c.inputs)
+
+    def get_outputs(self) -> list[_Port]:
+        return list(self._c.outputs)
+
+    def get_providers(self) -> list[str]:
+        return [RUNTIME]
+
+    def run(self, output_names: list[str] | None, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+        request = self._c.request(feeds, self._copy)
+        got = request.infer(dict(feeds))  # (outputs copied out: the request reuses its own)
+        values = list(got.values())
+        names = [o.name for o in self._c.outputs]
+        if output_names is None:
+            return values
+        out = []
+        for name in output_names:
+            if name in names:
+                out.append(values[names.index(name)])
+            else:
+                out.append(request.get_tensor(name).data.copy())
+        return out
+
+
+def open_sessions(path: str | Path, *, threads: int | None = 0, replicas: int = 1,
+                  config: Mapping[str, Any] | None = None,
+                  shapes: Mapping[str, Iterable[int]] | None = None) -> list[Session]:
+    """A part (or a whole model) compiled once for ``replicas`` streams: one
+    :class:`Session` per stream.  OpenVINOError where OpenVINO refuses it."""
+    if not available():
+        raise OpenVINOError("OpenVINO's runtime is not installed here (pip install openvino)")
+    replicas = max(1, int(replicas or 1))
+    compiled = _Compiled(path, properties(threads, replicas, config), replicas, shapes)
+    return [Session(compiled, k) for k in range(replicas)]
+
+
+# ------------------------------------------------------------- OpenVINO as users run it
+
+
+HINTS = ("LATENCY", "THROUGHPUT")
+
+
+class Hinted:
+    """A whole model compiled with one of OpenVINO's performance hints and run as its
+    documentation shows (a baseline, measured by ``runner.measure_rounds`` like a loaded
+    plan): one request in a loop for LATENCY; for THROUGHPUT an ``AsyncInferQueue`` of
+    the compiled model's optimal number of requests.  Precision is OpenVINO's default."""
+
+    spins = True  # its threads (TBB's) may spin on after a run, as onnxruntime's do
+
+    def __init__(self, path: str | Path, hint: str):
+        if hint not in HINTS:
+            raise ValueError(f"unknown OpenVINO hint {hint!r}")
+        if not available():
+            raise OpenVINOError("OpenVINO's runtime is not installed here")
+        self.hint = hint
+        try:
+            self.compiled = _core().compile_model(str(path), DEVICE, {"PERFORMANCE_HINT": hint})
+            self.requests = int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")) \
+                if hint == "THROUGHPUT" else 1
+            self.request = self.compiled.create_infer_request()
+        except Exception as e:
+            raise OpenVINOError(_one_line(e)) from None
+        self.output_names = [o.get_any_name() for o in self.compiled.outputs]
+        self.execution_providers = [RUNTIME]
+
+    def default_depth(self) -> int:
+        return 1 if self.requests == 1 else 2 * self.requests
+
+    def run(self, feeds: Mapping[str, Any], took=None) -> dict[str, Any]:
+        got = self.request.infer(dict(feeds))
+        return dict(zip(self.output_names, got.values()))
+
+    def stream(self, samples: Iterable[Mapping[str, Any]], depth: int | None = None,
+               timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
+        """Samples through an AsyncInferQueue; each sample's outputs in order."""
+        import openvino as ov
+
+        queue = ov.AsyncInferQueue(self.compiled, self.requests)
+        done: dict[int, dict[str, Any]] = {}
+        cond = threading.Condition()
+
+        def finished(request, i):
+            with cond:
+                done[i] = {n: request.get_output_tensor(k).data.copy()
+                           for k, n in enumerate(self.output_names)}
+                cond.notify_all()
+
+        queue.set_callback(finished)
+        nxt = 0
+        for i, s in enumerate(samples):
+            queue.start_async(dict(s), i)  # (waits for an idle request)
+            with cond:
+                while nxt in done:
+                    yield done.pop(nxt)
+                    nxt += 1
+        queue.wait_all()
+        while nxt in done:
+            yield done.pop(nxt)
+            nxt += 1
+
+
+# ----------------------------------------------------------------- per-node profiling
+
+
+def profile_nodes(path: str | Path, feeds: Mapping[str, Any], node_names: Iterable[str],
+                  weights: Mapping[str, float] | None = None, *, threads: int = 1,
+                  runs: int = 10, warmup: int = 2) -> tuple[dict[str, float], dict[str, float]]:
+    """Every ONNX node's time (ms) inside whole-model runs on ``threads`` threads, from
+    OpenVINO's per-layer counters: each executed layer's time (median over ``runs``) is
+    spread over the ONNX nodes it was made of (its ``originalLayersNames``), in
+    proportion to ``weights`` (a node's time elsewhere, e.g. on the CPU EP) where given,
+    else evenly.  Time of layers OpenVINO made of no ONNX node is left out (the profile's
+    scaling to the whole model covers it).  Returns (node -> ms, the whole model's
+    {"median", "p10", "p90"} ms over plain runs beside the counted ones)."""
+    names = list(node_names)
+    known = set(names)
+    props = properties(threads, 1)
+    try:
+        model = _core().read_model(str(path))
+        model.reshape({p.get_any_name(): list(np.shape(feeds[p.get_any_name()])) for p in model.inputs})
+        plain = _core().compile_model(model, DEVICE, props)
+        counted = _core().compile_model(model, DEVICE, dict(props, PERF_COUNT="YES"))
+    except Exception as e:
+        raise OpenVINOError(_one_line(e)) from None
+    origins = {}
+    for op in counted.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        layers = str(info["originalLayersNames"].astype(str)).split(",") \
+            if "originalLayersNames" in info else [op.get_friendly_name()]
+        origins[op.get_friendly_name()] = [n for n in layers if n in known]
+    request, plain_request = counted.create_infer_request(), plain.create_infer_request()
+    for _ in range(max(warmup, 1)):
+        request.infer(dict(feeds))
+        plain_request.infer(dict(feeds))
+    per_layer: dict[str, list[float]] = {}
+    whole: list[float] = []
+    for _ in range(max(runs, 1)):
+        request.infer(dict(feeds))
+        for p in request.get_profiling_info():
+            per_layer.setdefault(p.node_name, []).append(p.real_time.total_seconds() * 1e3)
+        t = time.perf_counter()
+        plain_request.infer(dict(feeds))
+        whole.append((time.perf_counter() - t) * 1e3)
+    out = dict.fromkeys(names, 0.0)
+    for layer, times in per_layer.items():
+        into = origins.get(layer) or ([layer] if layer in known else [])
+        if not into:
+            continue
+        ms = float(np.median(times))
+        w = np.array([max((weights or {}).get(n, 1.0), 1e-9) for n in into], dtype=float) \
+            if weights else np.ones(len(into))
+        for n, share in zip(into, w / w.sum()):
+            out[n] += ms * float(share)
+    p10, med, p90 = np.percentile(whole, [10, 50, 90])
+    return out, {"median": float(med), "p10": float(p10), "p90": float(p90), "runs": len(whole)}
+
+
+def _one_line(e: BaseException) -> str:
+    """OpenVINO's message without the source locations it stacks before it."""
+    lines = [line.strip() for line in str(e).splitlines()
+             if line.strip() and not line.startswith(("Exception from ", "Check '"))]
+    return " ".join(" ".join(lines or [str(e)]).split())[:300]

@@ -1,0 +1,237 @@
+"""Providers beyond onnxruntime's built-in EPs: plugin EP libraries (onnxsplit/plugins.py)
+and OpenVINO's own runtime (onnxsplit/openvino.py), which run parts on the CPU's cores.
+
+Tests that need OpenVINO skip where it is not installed (``make test`` installs the
+``openvino`` extra); the plugin EP's device tests skip where it offers no device (it
+takes Intel hardware only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from onnx_models import make, mlp, save, vi
+from test_machine import record
+from workloads import diamond
+from onnxsplit import machine, openvino, plugins
+from onnxsplit.cli import main
+from onnxsplit.errors import OnnxsplitError
+from onnxsplit.profile.devices import CPU_EP, available_providers, provider_lines, shares_cpu
+from onnxsplit.runner import Parts, baselines, measure_pipeline
+from onnxsplit.workload import Workload
+
+needs_openvino = pytest.mark.skipif(not openvino.available(), reason="OpenVINO's runtime is not installed")
+OV_EP = "OpenVINOExecutionProvider"
+
+
+def reference(model: Path, feeds) -> dict:
+    sess = ort.InferenceSession(str(model), providers=[CPU_EP])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def det_model(path: Path) -> Path:
+    """One Det node: onnxruntime runs it, OpenVINO's ONNX frontend has no rule for it."""
+    return save(make([helper.make_node("Det", ["x"], ["y"], name="det")], [vi("x", [3, 3])],
+                     [vi("y", None)]), path)
+
+
+# ---------------------------------------------------------------------- plugin libraries
+
+
+def test_ep_library_specs_are_name_path_pairs():
+    assert plugins.parse_spec("A=/x/liba.so; B=/y/libb.so,") == {"A": "/x/liba.so", "B": "/y/libb.so"}
+    for bad in ("A", "=/x.so", "A="):
+        with pytest.raises(OnnxsplitError, match="expected NAME=PATH"):
+            plugins.parse_spec(bad)
+
+
+def test_an_ep_library_that_is_not_there_is_one_line(tmp_path, capsys):
+    model = mlp(tmp_path / "m.onnx", layers=1, batch=2, width=8)
+    code = main([str(model), "--out", str(tmp_path / "p"), "--ep-library", f"X={tmp_path / 'none.so'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"onnxsplit: error: --ep-library X={tmp_path / 'none.so'}: no such file"]
+    assert not (tmp_path / "p").exists()
+
+
+def test_an_ep_library_that_does_not_load_leaves_everything_else_working(tmp_path, monkeypatch):
+    """A file that is no EP library: its registration fails, is remembered and said, and
+    the providers present stay those of onnxruntime (and OpenVINO's runtime)."""
+    junk = tmp_path / "libjunk.so"
+    junk.write_bytes(b"not a shared library")
+    monkeypatch.setenv(plugins.ENV, f"JunkExecutionProvider={junk}")
+    plugins.libraries.cache_clear()
+    try:
+        found = {p.name: p for p in plugins.plugins()}
+        assert found["JunkExecutionProvider"].devices == ()
+        assert found["JunkExecutionProvider"].error
+        assert "JunkExecutionProvider" not in available_providers()
+        assert any(line.startswith("JunkExecutionProvider") and "did not load" in line
+                   for line in provider_lines())
+    finally:
+        monkeypatch.delenv(plugins.ENV)
+        plugins.libraries.cache_clear()
+
+
+def test_devices_says_in_one_line_what_each_provider_offers(capsys):
+    assert main(["devices"]) == 0
+    cap = capsys.readouterr()
+    spec = json.loads(cap.out)
+    cpu = next(d for d in spec["devices"] if d["class"] == "cpu")
+    notes = [line for line in cap.err.splitlines() if line.startswith("onnxsplit: note: ")]
+    said = {line.split(": ", 2)[2].split(" ")[0].rstrip(":") for line in notes}
+    assert {openvino.RUNTIME, OV_EP} <= said  # present or absent, each is named
+    # the providers that run on the cores are the CPU's, not accelerators of their own
+    assert cpu.get("shared_by", []) == [ep for ep in available_providers() if ep != CPU_EP and shares_cpu(ep)]
+    assert all(d["class"] == "cpu" or d.get("execution_provider") not in (OV_EP, openvino.RUNTIME)
+               for d in spec["devices"])
+    if OV_EP in plugins.libraries() and not plugins.ep_devices(OV_EP):
+        assert any("offers no device on this machine" in line for line in notes)
+
+
+@pytest.mark.skipif(not plugins.ep_devices(OV_EP), reason="the OpenVINO plugin EP offers no device here")
+def test_a_model_runs_on_the_openvino_plugin_ep_as_on_the_cpu(tmp_path):
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32)
+    feeds = {"x": np.random.default_rng(0).random((4, 32), dtype=np.float32)}
+    parts = Parts.whole(model, OV_EP)
+    assert parts.execution_providers == [OV_EP]
+    got, want = parts.run(feeds), reference(model, feeds)
+    assert np.abs(got["h1"] - want["h1"]).max() <= 1e-4
+
+
+# ------------------------------------------------------------------ OpenVINO's runtime
+
+
+@needs_openvino
+@pytest.mark.parametrize("how", [{"threads": 0}, {"threads": 1}, {"threads": 1, "replicas": 2}])
+def test_openvino_runs_a_model_as_onnxruntime_does(tmp_path, how):
+    model = mlp(tmp_path / "m.onnx", layers=3, batch=8, width=64, dynamic_batch=True)
+    rng = np.random.default_rng(1)
+    parts = Parts.whole(model, openvino.RUNTIME, **how)
+    assert parts.execution_providers == [openvino.RUNTIME]
+    for batch in (8, 3):  # a dynamic dimension: compiled for each shape it is run with
+        feeds = {"x": rng.random((batch, 64), dtype=np.float32)}
+        want = reference(model, feeds)["h2"]
+        assert np.abs(parts.run(feeds)["h2"] - want).max() <= 1e-4
+        # streams side by side: every sample's own outputs, in order
+        samples = [{"x": rng.random((batch, 64), dtype=np.float32)} for _ in range(6)]
+        for s, out in zip(samples, parts.stream(samples)):
+            assert np.abs(out["h2"] - reference(model, s)["h2"]).max() <= 1e-4
+
+
+@needs_openvino
+@pytest.mark.parametrize("hint", openvino.HINTS)
+def test_openvino_as_its_users_run_it_answers_every_sample_in_order(tmp_path, hint):
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32)
+    peer = openvino.Hinted(model, hint)
+    rng = np.random.default_rng(2)
+    samples = [{"x": rng.random((4, 32), dtype=np.float32)} for _ in range(9)]
+    outs = list(peer.stream(samples))
+    assert len(outs) == 9
+    for s, out in zip(samples, outs):
+        assert np.abs(out["h1"] - reference(model, s)["h1"]).max() <= 1e-4
+    got = measure_pipeline(peer, samples[0], samples=8, warmup=1)
+    assert got["latency_ms"] > 0 and got["throughput_per_s"] > 0
+
+
+@needs_openvino
+def test_run_measures_openvino_beside_onnxsplit(tmp_path):
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32)
+    feeds = {"x": np.ones((4, 32), dtype=np.float32)}
+    got = baselines(model, feeds, samples=4, warmup=1, rounds=1)
+    for hint in openvino.HINTS:
+        b = got[f"openvino_{hint.lower()}"]
+        assert b["hint"] == hint and b["latency_ms"] > 0 and b["throughput_per_s"] > 0
+    assert got["openvino_throughput"]["replicas"] >= 1
+
+
+@needs_openvino
+def test_a_model_openvino_refuses_is_planned_without_it(tmp_path, capsys, monkeypatch):
+    """Found when profiling, said in one line, stored (not tried again), and the plan goes
+    on with onnxruntime; `run` names the refusal in OpenVINO's baselines."""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = det_model(tmp_path / "det.onnx")
+    assert main([str(model), "--out", str(tmp_path / "p"), "--json"]) == 0
+    cap = capsys.readouterr()
+    refused = [line for line in cap.err.splitlines() if "OpenVINO refused the model" in line]
+    assert len(refused) == 1 and "Det" in refused[0] and "Exception from" not in refused[0]
+    result = json.loads(cap.out)
+    assert result["verify"]["ok"] and result["execution"].get("provider") is None
+    assert all("OpenVINO" not in c["what"] for c in result["plan"]["details"]["candidates"])
+    assert main([str(model), "--out", str(tmp_path / "q"), "--json"]) == 0
+    assert "OpenVINO refused" not in capsys.readouterr().err  # (the cache remembers)
+
+
+@needs_openvino
+def test_a_plan_run_by_openvino_is_written_and_verifies(tmp_path, capsys, monkeypatch):
+    """A plan file whose execution names OpenVINO's runtime: its parts run on it, as the
+    manifest says, and reproduce the model."""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=4, batch=8, width=64)
+    assert main([str(model), "--out", str(tmp_path / "a"), "--quiet"]) == 0
+    plan = json.loads((tmp_path / "a" / "plan.json").read_text())
+    names = list(plan["assignment"])
+    plan["assignment"] = {n: ("cpu0" if i < len(names) // 2 else "cpu1") for i, n in enumerate(names)}
+    plan["details"]["execution"] = {"cpu_threads": 1, "replicas": 1, "run_as": "pipeline",
+                                    "provider": openvino.RUNTIME}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    capsys.readouterr()
+    assert main(["export", str(model), "--plan", str(tmp_path / "plan.json"),
+                 "--out", str(tmp_path / "b"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert [p["execution_provider"] for p in manifest["parts"]] == [openvino.RUNTIME] * 2
+    assert result["verify"]["ok"] and result["verify"]["max_abs_error"] <= 1e-4
+    plan["details"]["execution"]["provider"] = "NoSuchProvider"
+    (tmp_path / "bad.json").write_text(json.dumps(plan))
+    assert main(["export", str(model), "--plan", str(tmp_path / "bad.json"),
+                 "--out", str(tmp_path / "c")]) == 2
+    assert "details.execution.provider" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- weighed like the rest
+
+
+def prepared(w, cpu_rec, ov_rec):
+    from onnxsplit.workflow import Prepared
+
+    cluster = SimpleNamespace(cpu=SimpleNamespace(shared_by=(openvino.RUNTIME,)))
+    return Prepared(None, cluster, None, w, {}, {"cpu": cpu_rec, openvino.RUNTIME: ov_rec},
+                    {"cpu": float(w.cpu_latency.sum())})
+
+
+@pytest.mark.parametrize("ov_ms,wins", [(8.0, True), (9.9, True), (10.5, False)])
+def test_openvino_whole_is_weighed_beside_onnxruntime_for_latency(ov_ms, wins):
+    """Each default (onnxruntime's session, OpenVINO's LATENCY hint) is what a user runs:
+    the faster one is taken."""
+    from onnxsplit.workflow import choose
+
+    w = Workload.from_paper_json(diamond(k=0, l=2))
+    cpu = record(10.0, {1: 18.0, 2: 10.0}, {1: (2, 150.0)})
+    ov = record(ov_ms, {1: 16.0, 2: ov_ms}, {1: (2, 140.0)})
+    cand = choose(prepared(w, cpu, ov), w, "latency")
+    assert (cand.execution.get("provider") == openvino.RUNTIME) is wins
+    assert cand.predicted["latency_ms"] == (ov_ms if wins else 10.0)
+    what = [c["what"] for c in cand.plan.details["candidates"]]
+    assert "OpenVINO's LATENCY hint on every core" in what
+
+
+@pytest.mark.parametrize("ov_rate,wins", [(180.0, True), (150.0, False)])
+def test_openvino_streams_are_weighed_beside_copies_for_throughput(ov_rate, wins):
+    from onnxsplit.workflow import choose
+
+    w = Workload.from_paper_json(diamond(k=0, l=2))
+    cpu = record(10.0, {1: 18.0, 2: 10.0}, {1: (2, 160.0)})
+    ov = record(12.0, {1: 17.0, 2: 12.0}, {1: (2, ov_rate)})
+    cand = choose(prepared(w, cpu, ov), w, "throughput")
+    assert cand.execution["replicas"] == 2
+    assert (cand.execution.get("provider") == openvino.RUNTIME) is wins
+    assert cand.predicted["throughput_per_s"] == (ov_rate if wins else 160.0)
+    names = {c.plan.details["why"] for c in machine.whole_candidates(w, "throughput", cpu, None,
+                                                                      {openvino.RUNTIME: ov})}
+    assert "OpenVINO, 2 streams side by side, 1 thread(s) each" in names
