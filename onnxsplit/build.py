@@ -172,6 +172,9 @@ def build_workload(
         "sharedWeightReaders": shared,
         "cluster": cluster.to_json(),
     }
+    on_cores = _on_cores(graph, profile, cpu, calibrate)
+    if on_cores:
+        meta["onCores"] = on_cores
     classes, priced = (), ()
     if several:
         meta["classes"] = {name: _device_meta(spec, f[3], f[4], calibrate)
@@ -256,6 +259,24 @@ def _calibrated(graph: OpGraph, works: Mapping[str, cm.Work], entry: Entry) -> c
     if not names:
         raise ProfileError(f"the {entry.execution_provider} profile has no measured node")
     return cm.calibrate([works[n] for n in names], [entry.nodes[n].median_ms / 1e3 for n in names])
+
+
+def _on_cores(graph: OpGraph, profile: ModelProfile, cpu: DeviceSpec, calibrate: bool) -> dict:
+    """Each provider that shares the CPU's cores (``cpu.shared_by``) and has a profile
+    that it did not refuse: its execution provider, latency scale and every node's
+    latency (ms, one thread, scaled to its whole model; None where it does not run it),
+    in node order -- what a division of the cores that gives it some hands its class."""
+    out = {}
+    for ep in cpu.shared_by:
+        entry = profile.entry(ep, hardware=dv.describe(ep))
+        if entry is None or entry.settings.get("refused") or \
+                any(n.name not in entry.nodes for n in graph.nodes):
+            continue
+        scale = latency_scale(entry) if calibrate else 1.0
+        out[ep] = {"latencyScale": round(scale, 6),
+                   "latency": [round(float(entry.nodes[n.name].median_ms) * scale, 9)
+                               if entry.nodes[n.name].measured else None for n in graph.nodes]}
+    return out
 
 
 def latency_scale(entry: Entry) -> float:

@@ -416,6 +416,11 @@ def _print_split(result: dict, as_json: bool) -> int:
         print(f"best single device ({single['device']}): {single['throughput_per_s']:.1f} samples/s, "
               f"latency {single['latency_ms']:.2f} ms; the plan: {tput / single['throughput_per_s']:.2f}x "
               "the throughput")
+    for provider, w in (result.get("providers") or {}).items():
+        print(f"per operator, one thread: {provider} faster on {w['faster_on']} of {w['operators']} "
+              f"({w['time_share']:.0%} of the time when each runs on the faster); the faster of each "
+              f"{w['best_of_both_ms']:.3g} ms against {w['cpu_ms']:.3g} ms on the CPU EP and "
+              f"{w['own_ms']:.3g} ms on {provider}")
     for v in result["violations"]:
         print(f"warning: the plan breaks: {v}")
     if verify is not None:

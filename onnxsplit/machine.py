@@ -26,6 +26,7 @@ from .openvino import RUNTIME
 from .plan import Plan
 from .profile.devices import CPU_EP
 from .solve import evaluate
+from .workload import AcceleratorClass
 
 SESSION_CALL_MS = 0.05  # one onnxruntime session call's own cost (bind, hand back outputs)
 
@@ -175,7 +176,9 @@ def _on_cores(workload, objective: str, provider: str, rec: Mapping[str, Any],
     return found
 
 
-def _factor(as_run_ms: float | None, unoptimised_ms: float | None) -> float:
+def as_run_factor(as_run_ms: float | None, unoptimised_ms: float | None) -> float:
+    """How much faster the model runs as users run it than its unoptimised profile (1 where
+    either is unknown): what scales the profile's node times."""
     if not as_run_ms or not unoptimised_ms:
         return 1.0
     return float(as_run_ms) / float(unoptimised_ms)
@@ -189,27 +192,101 @@ def scaled(workload, *, cpu_factor: float, acc_factor: float, cpus: int):
 
 
 def split_workloads(workload, objective: str, cpu_rec: Mapping[str, Any],
-                    acc_rec: Mapping[str, Any] | None, unoptimised: Mapping[str, float | None]
+                    acc_rec: Mapping[str, Any] | None, unoptimised: Mapping[str, float | None],
+                    shared: Mapping[str, Mapping[str, Any]] | None = None
                     ) -> list[tuple[Any, dict[str, Any]]]:
-    """(workload for the solver, execution) for each CPU division worth solving."""
+    """(workload for the solver, execution) for each CPU division worth solving; for
+    throughput, also each division that gives some of its devices to a provider sharing
+    the cores (``shared``: provider -> calibration; :func:`with_provider`)."""
     acc_default = ((acc_rec or {}).get("default") or {}).get("latency_ms")
-    acc_factor = _factor(acc_default, unoptimised.get("acc"))
+    acc_factor = as_run_factor(acc_default, unoptimised.get("acc"))
     cores = min(workload.num_cpus, int(cpu_rec.get("cores") or workload.num_cpus))
     out = []
     counts = [cores] if objective == "latency" else cal.thread_counts(cores)
     for t in counts:
         cpus = max(cores // t, 1) if cores else 0
-        if not workload.accelerators_total and cpus <= 1:
-            continue  # one CPU device alone is the whole model: a whole candidate
         lat = cal.latency_ms(cpu_rec, t)
         if lat is None:
             continue
         squeeze = cal.contention(cpu_rec, t) if objective == "throughput" and cpus > 1 else 1.0
-        w = scaled(workload, cpu_factor=_factor(lat, unoptimised.get("cpu")) * squeeze,
+        w = scaled(workload, cpu_factor=as_run_factor(lat, unoptimised.get("cpu")) * squeeze,
                    acc_factor=acc_factor, cpus=cpus)
-        out.append((w, {"cpu_threads": t, "optimization": cal.level_of(cpu_rec, t),
-                        "replicas": 1}))
+        execution = {"cpu_threads": t, "optimization": cal.level_of(cpu_rec, t), "replicas": 1}
+        if workload.accelerators_total or cpus > 1:  # (one CPU device alone: a whole candidate)
+            out.append((w, execution))
+        if objective != "throughput":
+            continue  # (a latency plan's devices would take turns on the same cores)
+        for provider, rec in (shared or {}).items():
+            own = cal.latency_ms(rec, t)
+            if own is None or not on_cores_latency(workload, provider):
+                continue
+            squeezed = cal.contention(rec, t) if cpus > 1 else 1.0
+            factor = as_run_factor(own, unoptimised.get(provider)) * squeezed
+            for given in sorted({1, cpus // 2, cpus}):
+                if given < 1 or (given == cpus and cpus == 1 and not workload.accelerators_total):
+                    continue  # (the whole model on it alone: a whole candidate)
+                out.append((with_provider(w, provider, given, factor),
+                            dict(execution, shared={provider: given})))
     return out
+
+
+# the class a provider that shares the cores gets in a workload (its devices named so)
+CORES_CLASS = {RUNTIME: "openvino"}
+
+
+def cores_class(provider: str) -> str:
+    """The accelerator class name of a provider that runs on the CPU's cores."""
+    import re
+
+    return CORES_CLASS.get(provider) or re.sub(r"\W", "_", provider.removesuffix("ExecutionProvider").lower()) + "_cores"
+
+
+def on_cores_latency(workload, provider: str) -> list[float | None] | None:
+    """Every node's latency on ``provider`` (the workload's ``onCores``, built from its
+    profile), None where it has none."""
+    got = ((workload.extra.get("onnxsplit") or {}).get("onCores") or {}).get(provider) or {}
+    return got.get("latency")
+
+
+def provider_wins(workload) -> dict[str, dict[str, Any]]:
+    """Per operator, the CPU EP against each provider that shares the cores (one thread
+    each, each scaled to its own whole model): on how many operators each is faster, its
+    share of the time when every operator runs on the faster of the two, and that time
+    beside each provider's own -- how much a split across the two could gain at most,
+    before hand-offs and lost fusions."""
+    out = {}
+    cpu = np.asarray(workload.cpu_latency, dtype=float)
+    for provider in ((workload.extra.get("onnxsplit") or {}).get("onCores") or {}):
+        own = np.array([np.inf if v is None else v for v in on_cores_latency(workload, provider)])
+        faster = own < cpu
+        best = np.minimum(cpu, own)
+        total = float(best.sum()) or 1.0
+        out[provider] = {"operators": int(len(cpu)), "faster_on": int(faster.sum()),
+                         "cpu_faster_on": int((cpu < own).sum()),
+                         "time_share": round(float(best[faster].sum()) / total, 4),
+                         "best_of_both_ms": round(float(best.sum()), 6),
+                         "cpu_ms": round(float(cpu.sum()), 6),
+                         "own_ms": round(float(own[np.isfinite(own)].sum()), 6)}
+    return out
+
+
+def with_provider(workload, provider: str, count: int, factor: float):
+    """``workload`` with ``count`` of its CPU devices run by ``provider`` instead: an
+    accelerator class of its own (memory: the host's; latency: its profile's times times
+    ``factor``, where it runs the node), named in ``extra.onnxsplit.coresClasses`` so the
+    exporter gives its parts that provider.  Tensors between it and the CPU EP stay in
+    host memory: no transfer is priced (the runner's hand-offs are, by the prediction)."""
+    name = cores_class(provider)
+    ms = on_cores_latency(workload, provider)
+    nodes = tuple(replace(n, latencies=n.latencies + ((name, ms[i] * factor),))
+                  if ms[i] is not None else n for i, n in enumerate(workload.nodes))
+    meta = dict(workload.extra.get("onnxsplit") or {})
+    meta["coresClasses"] = {**(meta.get("coresClasses") or {}), name: provider}
+    memory = float(((meta.get("cpu") or {}).get("memory")) or 0.0) or float(workload.size.sum())
+    cls = AcceleratorClass(name, count, memory)
+    return replace(workload, nodes=nodes, num_cpus=workload.num_cpus - count,
+                   accelerator_classes=workload.accelerator_classes + (cls,),
+                   extra={**workload.extra, "onnxsplit": meta})
 
 
 def node_times(workload, assignment: Mapping[int, str]) -> np.ndarray:

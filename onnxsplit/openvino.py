@@ -284,13 +284,17 @@ class Hinted:
 
 def profile_nodes(path: str | Path, feeds: Mapping[str, Any], node_names: Iterable[str],
                   weights: Mapping[str, float] | None = None, *, threads: int = 1,
-                  runs: int = 10, warmup: int = 2) -> tuple[dict[str, float], dict[str, float]]:
+                  runs: int = 10, warmup: int = 2,
+                  consumers: Mapping[str, Iterable[str]] | None = None
+                  ) -> tuple[dict[str, float], dict[str, float]]:
     """Every ONNX node's time (ms) inside whole-model runs on ``threads`` threads, from
     OpenVINO's per-layer counters: each executed layer's time (median over ``runs``) is
     spread over the ONNX nodes it was made of (its ``originalLayersNames``), in
-    proportion to ``weights`` (a node's time elsewhere, e.g. on the CPU EP) where given,
-    else evenly.  Time of layers OpenVINO made of no ONNX node is left out (the profile's
-    scaling to the whole model covers it).  Returns (node -> ms, the whole model's
+    proportion to ``weights`` (e.g. its FLOPs) where given, else evenly; a layer made of
+    no ONNX node (OpenVINO's own: the MVN a LayerNormalization becomes) is charged to the
+    nodes of the nearest layer that was (:func:`_nearest`), and an ONNX node that no layer
+    names joins the layer of the node that reads it (``consumers``: node -> the nodes
+    reading its outputs; :func:`_adopt_fused`).  Returns (node -> ms, the whole model's
     {"median", "p10", "p90"} ms over plain runs beside the counted ones)."""
     names = list(node_names)
     known = set(names)
@@ -302,12 +306,17 @@ def profile_nodes(path: str | Path, feeds: Mapping[str, Any], node_names: Iterab
         counted = _core().compile_model(model, DEVICE, dict(props, PERF_COUNT="YES"))
     except Exception as e:
         raise OpenVINOError(_one_line(e)) from None
-    origins = {}
+    origins, near = {}, {}
     for op in counted.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()
         layers = str(info["originalLayersNames"].astype(str)).split(",") \
             if "originalLayersNames" in info else [op.get_friendly_name()]
         origins[op.get_friendly_name()] = [n for n in layers if n in known]
+        near[op.get_friendly_name()] = (
+            [i.get_source_output().get_node().get_friendly_name() for i in op.inputs()]
+            + [t.get_node().get_friendly_name() for o in op.outputs() for t in o.get_target_inputs()])
+    origins = {layer: into or _nearest(layer, origins, near) for layer, into in origins.items()}
+    _adopt_fused(origins, names, consumers or {})
     request, plain_request = counted.create_infer_request(), plain.create_infer_request()
     for _ in range(max(warmup, 1)):
         request.infer(dict(feeds))
@@ -333,6 +342,38 @@ def profile_nodes(path: str | Path, feeds: Mapping[str, Any], node_names: Iterab
             out[n] += ms * float(share)
     p10, med, p90 = np.percentile(whole, [10, 50, 90])
     return out, {"median": float(med), "p10": float(p10), "p90": float(p90), "runs": len(whole)}
+
+
+def _adopt_fused(origins: dict[str, list[str]], names: list[str],
+                 consumers: Mapping[str, Iterable[str]]) -> None:
+    """ONNX nodes that no layer names (OpenVINO fused a MatMul into the FullyConnected it
+    named after the Add that follows) join the layer of the node that reads their output,
+    last first so that chains of them follow."""
+    layer_of = {n: layer for layer, into in origins.items() for n in into}
+    for name in reversed(names):
+        if name in layer_of:
+            continue
+        layer = next((layer_of[c] for c in consumers.get(name, ()) if c in layer_of), None)
+        if layer is not None:
+            origins[layer] = origins[layer] + [name]
+            layer_of[name] = layer
+
+
+def _nearest(layer: str, origins: Mapping[str, list[str]], near: Mapping[str, list[str]],
+             most: int = 64) -> list[str]:
+    """The ONNX nodes of the layer nearest to ``layer`` (producers first, then consumers,
+    breadth first) that was made of any: where a layer OpenVINO made up (the MVN of a
+    decomposed LayerNormalization) is charged, rather than nowhere."""
+    seen, todo = {layer}, list(near.get(layer, ()))
+    while todo and len(seen) < most:
+        nxt = todo.pop(0)
+        if nxt in seen:
+            continue
+        seen.add(nxt)
+        if origins.get(nxt):
+            return origins[nxt]
+        todo += near.get(nxt, ())
+    return []
 
 
 def _one_line(e: BaseException) -> str:

@@ -38,7 +38,7 @@ import numpy as np
 from . import openvino
 from .errors import OnnxsplitError
 from .export import FORMAT, MANIFEST, level_fields, part_deps
-from .profile.devices import CPU_EP
+from .profile.devices import CPU_EP, shares_cpu
 from .profile.measure import session_options
 
 POLL_S = 0.05  # how often a waiting thread looks for a stop
@@ -957,7 +957,7 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
     if measure and not compare:
         result["measured"] = measure_pipeline(parts, feeds, samples, warmup)
     elif measure:
-        accelerators = [ep for ep in parts.execution_providers if ep != CPU_EP]
+        accelerators = [ep for ep in parts.execution_providers if not shares_cpu(ep)]
         budget = (result["predicted"] or {}).get("accelerator_memory")
         also = {"onnxsplit_threads": Parts(parts_dir, optimize=optimize, fallback_cpu=fallback_cpu)} \
             if loaded is not None else None

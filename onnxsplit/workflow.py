@@ -36,7 +36,7 @@ from .plan import Plan, gap_of, read_json
 from .profile import ProfileFile, available_providers, ensure_profiled
 from .profile.devices import CPU_EP, describe, shares_cpu
 from .profile.measure import input_feeds
-from .runner import run_parts
+from .runner import RunError, run_parts
 from .shapes import bytes_text
 from .solve import evaluate, isolated, methods
 from .solve.throughput import dp
@@ -361,7 +361,8 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
     costs = machine.CallCosts.of(cpu_rec)
     wholes = [] if pinned or method != "auto" else \
         machine.whole_candidates(workload, objective, cpu_rec, acc_rec, prep.shared)
-    splits = machine.split_workloads(workload, objective, cpu_rec, acc_rec, prep.unoptimised_ms)
+    splits = machine.split_workloads(workload, objective, cpu_rec, acc_rec, prep.unoptimised_ms,
+                                     prep.shared)
     found = []
     for w, ex in splits:
         share = time_limit / max(len(splits), 1)
@@ -393,8 +394,7 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
                 f"{_promise(best_whole, objective)}: less than {COPIES_OVER_DEFAULT}x")
             best_whole = copies
     best_split = min(found, key=lambda c: c.value(objective), default=None)
-    weighed = [{"what": c.plan.details.get("why") or f"{c.plan.method}, {c.execution['cpu_threads']} "
-                f"thread(s) per CPU device, run as {c.execution['run_as']}",
+    weighed = [{"what": c.plan.details.get("why") or _split_says(c),
                 "latency_ms": c.predicted["latency_ms"],
                 "throughput_per_s": c.predicted["throughput_per_s"]}
                for c in sorted(weighed_wholes + found, key=lambda c: c.value(objective))]
@@ -412,6 +412,13 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
         return best_whole
     best_split.rival = best_whole
     return best_split
+
+
+def _split_says(c) -> str:
+    """A split candidate in the list of what was weighed."""
+    given = "".join(f", {n} device(s) on {ep}" for ep, n in (c.execution.get("shared") or {}).items())
+    return (f"{c.plan.method}, {c.execution['cpu_threads']} thread(s) per CPU device{given}, "
+            f"run as {c.execution['run_as']}")
 
 
 def _promise(c, objective: str) -> str:
@@ -578,13 +585,18 @@ def best_single_device(workload) -> dict[str, Any]:
 
 def device_providers(workload, cluster, acc, cpu_threads: int = 1, cpu_provider: str | None = None
                      ) -> tuple[dict[str, str], dict[str, int]]:
-    """Workload device name -> execution provider, and -> intra-op threads (a CPU device:
-    ``cpu_threads``, 0 for onnxruntime's default; ``cpu_provider``: what runs the CPU
-    devices where not the cluster's CPU EP, e.g. OpenVINO's runtime)."""
+    """Workload device name -> execution provider, and -> intra-op threads (a CPU device,
+    and a device of a provider that shares the cores: ``cpu_threads``, 0 for the
+    provider's default; ``cpu_provider``: what runs the CPU devices where not the
+    cluster's CPU EP, e.g. OpenVINO's runtime)."""
     providers, threads = {}, {}
+    on_cores = _cores_classes(workload)
     for d in workload.devices:
         if d.kind == "cpu":
             providers[d.name] = cpu_provider or cluster.cpu.execution_provider
+            threads[d.name] = cpu_threads
+        elif workload.class_names[workload.device_class[d.index]] in on_cores:
+            providers[d.name] = on_cores[workload.class_names[workload.device_class[d.index]]]
             threads[d.name] = cpu_threads
         else:
             spec = _spec_of(workload, cluster, acc, d.index)
@@ -592,8 +604,19 @@ def device_providers(workload, cluster, acc, cpu_threads: int = 1, cpu_provider:
     return providers, threads
 
 
+def _cores_classes(workload) -> dict[str, str]:
+    """Accelerator class -> the provider sharing the CPU's cores that it stands for
+    (machine.with_provider)."""
+    return dict((workload.extra.get("onnxsplit") or {}).get("coresClasses") or {})
+
+
 def _spec_of(workload, cluster, acc, index: int):
-    """The cluster device behind an accelerator device of the workload."""
+    """The cluster device behind an accelerator device of the workload (for a provider
+    that shares the cores: the CPU's, run by that provider)."""
+    klass = workload.class_names[workload.device_class[index]]
+    provider = _cores_classes(workload).get(klass)
+    if provider is not None:
+        return replace(cluster.cpu, execution_provider=provider)
     classes = (workload.extra.get("onnxsplit") or {}).get("classes")
     if not classes:
         return acc
@@ -615,8 +638,9 @@ def device_ids(workload, cluster, acc) -> dict[str, int]:
     of one class numbered in order, after those of earlier classes on the same provider
     (an A100 and an L4 class, both CUDA: cuda:0 is the A100)."""
     out, used = {}, {}
+    on_cores = _cores_classes(workload)
     for d in workload.devices:
-        if d.kind == "cpu":
+        if d.kind == "cpu" or workload.class_names[workload.device_class[d.index]] in on_cores:
             continue
         ep = _spec_of(workload, cluster, acc, d.index).execution_provider
         out[d.name] = used.get(ep, 0)
@@ -672,7 +696,7 @@ def read_plan_file(path: str | Path, graph, workload) -> Plan:
     execution = (data.get("details") or {}).get("execution") if isinstance(data.get("details"), dict) else None
     if isinstance(execution, dict):
         details["execution"] = {k: execution[k] for k in ("cpu_threads", "optimization",
-                                                          "replicas", "run_as", "provider")
+                                                          "replicas", "run_as", "provider", "shared")
                                 if k in execution}
         problem = _execution_problem(details["execution"])
         if problem:
@@ -691,6 +715,11 @@ def _execution_problem(execution: Mapping[str, Any]) -> str | None:
         return f"optimization must be one of {', '.join(ex.LEVELS)}"
     if execution.get("run_as", "pipeline") not in ("pipeline", "session"):
         return "run_as must be pipeline or session"
+    shared = execution.get("shared", {})
+    if not isinstance(shared, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
+            for k, v in shared.items()):
+        return "shared must map a provider to how many CPU devices it runs (1 or more)"
     provider = execution.get("provider", CPU_EP)
     if not isinstance(provider, str) or not shares_cpu(provider):
         return (f"provider must name what runs the CPU devices ({CPU_EP}, {openvino.RUNTIME}, "
@@ -754,8 +783,15 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
         t = time.perf_counter()
         _say(quiet, "verifying the parts against the original model")
 
-        checked.update(run_parts(folder, model=graph.path, feeds=feeds, measure=False,
-                                 fallback_cpu=True, time_parts=timed))
+        try:
+            checked.update(run_parts(folder, model=graph.path, feeds=feeds, measure=False,
+                                     fallback_cpu=True, time_parts=timed))
+        except RunError as e:
+            if candidate is None or candidate.rival is None or not execution.get("shared"):
+                raise
+            # a provider that shares the cores refused a part it took in whole (OpenVINO
+            # compiles each part anew): the split gives way to its rival
+            raise _SplitDoesNotPay(f"a part did not load as planned: {e}") from None
         seconds["verify"] = time.perf_counter() - t
         if "part_ms" in checked:
             _predict_from_parts(prep, machine.Candidate(plan, workload, execution, predicted),
@@ -793,6 +829,9 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                   "weight_bytes": graph.weight_bytes,
                   "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()}},
     }
+    wins = machine.provider_wins(prep.workload)
+    if wins:
+        result["providers"] = wins
     if checked:
         result["verify"] = checked["verify"]
         if "assignment" in checked:
@@ -816,12 +855,15 @@ def _predict_from_parts(prep: Prepared, candidate, folder: Path, part_ms: list[f
         [{"device": "session", "replicas": 1, "inputs": [], "outputs": []}]
     objective = candidate.plan.objective
     threads = int(candidate.execution.get("cpu_threads") or 1)
-    squeeze = 1.0
-    if objective == "throughput" and candidate.workload.num_cpus > 1:
-        squeeze = machine.cal.contention(cpu_rec, threads)
-    got = machine.parts_prediction(
-        parts, part_ms, machine.CallCosts.of(cpu_rec),
-        {p["device"]: squeeze for p in parts if p.get("execution_provider") == CPU_EP})
+    w = candidate.workload
+    on_cores = w.num_cpus + sum(n for c, n in zip(w.class_names, w.class_counts) if c in _cores_classes(w))
+    squeeze = {}  # a device on the cores, slowed by its busy neighbours as its provider's copies were
+    if objective == "throughput" and on_cores > 1:
+        for p in parts:
+            rec = cpu_rec if p.get("execution_provider") == CPU_EP else prep.as_run.get(p.get("execution_provider"))
+            if rec:
+                squeeze[p["device"]] = machine.cal.contention(rec, threads)
+    got = machine.parts_prediction(parts, part_ms, machine.CallCosts.of(cpu_rec), squeeze)
     got["part_ms"] = [round(v, 6) for v in part_ms]
     got["profile"] = {k: candidate.predicted.get(k) for k in ("latency_ms", "throughput_per_s")}
     candidate.predicted.update(got)
@@ -911,5 +953,32 @@ def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
     prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
                    accelerator=accelerator, quiet=quiet, input_fills=input_fills,
                    recalibrate=recalibrate)
+    data = read_json(plan_path)
+    execution = ((data.get("details") or {}).get("execution") or {}) if isinstance(data, dict) else {}
+    if isinstance(execution, dict) and execution.get("shared"):
+        prep = replace(prep, workload=_with_shared(prep, execution, plan_path))
     plan = read_plan_file(plan_path, prep.graph, prep.workload)
     return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds)
+
+
+def _with_shared(prep: Prepared, execution: Mapping[str, Any], where) -> Any:
+    """The prepared workload with the devices a plan file gives to providers that share
+    the cores (``details.execution.shared``: provider -> devices), as the main command
+    weighed it (machine.with_provider)."""
+    shared = execution["shared"]
+    problem = _execution_problem(execution)
+    if problem:
+        raise SplitError(f"{where}: details.execution.{problem}")
+    w = prep.workload
+    for provider, count in shared.items():
+        if provider not in prep.cluster.cpu.shared_by or not machine.on_cores_latency(w, provider):
+            raise SplitError(f"{where}: details.execution.shared names {provider}, which does not "
+                             f"run on this machine's cores here (sharing them: "
+                             f"{', '.join(prep.cluster.cpu.shared_by) or 'none'})")
+        if count > w.num_cpus:
+            raise SplitError(f"{where}: details.execution.shared gives {count} devices to {provider}, "
+                             f"but the CPU has {w.num_cpus}")
+        rec = prep.as_run.get(provider) or {}
+        own = calibrate.latency_ms(rec, int(execution.get("cpu_threads") or 1))
+        w = machine.with_provider(w, provider, count, machine.as_run_factor(own, prep.unoptimised_ms.get(provider)))
+    return w

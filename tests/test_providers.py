@@ -167,20 +167,26 @@ def test_a_model_openvino_refuses_is_planned_without_it(tmp_path, capsys, monkey
     assert "OpenVINO refused" not in capsys.readouterr().err  # (the cache remembers)
 
 
-@needs_openvino
-def test_a_plan_run_by_openvino_is_written_and_verifies(tmp_path, capsys, monkeypatch):
-    """A plan file whose execution names OpenVINO's runtime: its parts run on it, as the
-    manifest says, and reproduce the model."""
+def halves_plan(tmp_path, monkeypatch, capsys, second: str, **execution):
+    """An MLP split by the main command, and its plan.json edited into tmp_path/plan.json:
+    the first half of the nodes on cpu0, the rest on ``second``, one thread each."""
     monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
     model = mlp(tmp_path / "m.onnx", layers=4, batch=8, width=64)
     assert main([str(model), "--out", str(tmp_path / "a"), "--quiet"]) == 0
     plan = json.loads((tmp_path / "a" / "plan.json").read_text())
     names = list(plan["assignment"])
-    plan["assignment"] = {n: ("cpu0" if i < len(names) // 2 else "cpu1") for i, n in enumerate(names)}
-    plan["details"]["execution"] = {"cpu_threads": 1, "replicas": 1, "run_as": "pipeline",
-                                    "provider": openvino.RUNTIME}
+    plan["assignment"] = {n: ("cpu0" if i < len(names) // 2 else second) for i, n in enumerate(names)}
+    plan["details"]["execution"] = {"cpu_threads": 1, "replicas": 1, "run_as": "pipeline", **execution}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     capsys.readouterr()
+    return model, plan
+
+
+@needs_openvino
+def test_a_plan_run_by_openvino_is_written_and_verifies(tmp_path, capsys, monkeypatch):
+    """A plan file whose execution names OpenVINO's runtime: its parts run on it, as the
+    manifest says, and reproduce the model."""
+    model, plan = halves_plan(tmp_path, monkeypatch, capsys, "cpu1", provider=openvino.RUNTIME)
     assert main(["export", str(model), "--plan", str(tmp_path / "plan.json"),
                  "--out", str(tmp_path / "b"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -235,3 +241,102 @@ def test_openvino_streams_are_weighed_beside_copies_for_throughput(ov_rate, wins
     names = {c.plan.details["why"] for c in machine.whole_candidates(w, "throughput", cpu, None,
                                                                       {openvino.RUNTIME: ov})}
     assert "OpenVINO, 2 streams side by side, 1 thread(s) each" in names
+
+
+# ------------------------------------------------------------------ split across providers
+
+
+def with_ov_latency(w, factor=0.5):
+    """``w`` as if profiled on OpenVINO too: each node ``factor`` times its CPU time."""
+    meta = dict(w.extra.get("onnxsplit") or {})
+    meta["onCores"] = {openvino.RUNTIME: {"latencyScale": 1.0,
+                                          "latency": [n.cpu_latency * factor for n in w.nodes]}}
+    return w.replace(extra={**w.extra, "onnxsplit": meta})
+
+
+def test_a_division_of_the_cores_gives_devices_to_a_provider_that_shares_them():
+    w = with_ov_latency(Workload.from_paper_json(diamond(k=0, l=2)))
+    cpu = record(10.0, {1: 18.0, 2: 10.0}, {1: (2, 150.0)})
+    ov = record(9.0, {1: 16.0, 2: 9.0}, {1: (2, 100.0)})
+    unopt = {"cpu": float(w.cpu_latency.sum()), openvino.RUNTIME: float(w.cpu_latency.sum()) * 0.5}
+    got = machine.split_workloads(w, "throughput", cpu, None, unopt, {openvino.RUNTIME: ov})
+    shared = [ex.get("shared") for _, ex in got]
+    assert shared == [None, {openvino.RUNTIME: 1}, {openvino.RUNTIME: 2}]
+    for sub, ex in got[1:]:
+        n = ex["shared"][openvino.RUNTIME]
+        assert sub.num_cpus == 2 - n and sub.class_counts[-1] == n
+        assert [d.name for d in sub.devices if d.kind == "acc"] == [f"openvino{i}" for i in range(n)]
+        # OpenVINO's node times at its calibrated speed on one thread, slowed by its busy
+        # neighbour as its own streams were
+        squeeze = 1e3 * 2 / 100.0 / 16.0
+        ov_ms = sub.class_latency[-1]
+        assert np.allclose(ov_ms, w.cpu_latency * 0.5 * (16.0 / unopt[openvino.RUNTIME]) * squeeze)
+    # latency: the devices would take turns on the same cores; no division gives it any
+    lat = machine.split_workloads(w, "latency", cpu, None, unopt, {openvino.RUNTIME: ov})
+    assert all(not ex.get("shared") for _, ex in lat)
+
+
+def test_a_provider_class_exports_to_that_provider_with_the_division_threads():
+    from onnxsplit.workflow import device_ids, device_providers
+
+    w = machine.with_provider(with_ov_latency(Workload.from_paper_json(diamond(k=0, l=2))),
+                              openvino.RUNTIME, 1, 1.0)
+    cluster = SimpleNamespace(cpu=SimpleNamespace(execution_provider=CPU_EP, shared_by=(openvino.RUNTIME,)))
+    providers, threads = device_providers(w, cluster, None, 1)
+    assert providers == {"openvino0": openvino.RUNTIME, "cpu0": CPU_EP}
+    assert threads == {"openvino0": 1, "cpu0": 1}
+    assert device_ids(w, cluster, None) == {}  # (nothing to address: the host's cores)
+
+
+def test_provider_wins_add_up():
+    w = with_ov_latency(Workload.from_paper_json(diamond(k=0, l=2)), 0.5)
+    lat = list(w.extra["onnxsplit"]["onCores"][openvino.RUNTIME]["latency"])
+    lat[0] = w.nodes[0].cpu_latency * 3  # one operator faster on the CPU EP
+    w.extra["onnxsplit"]["onCores"][openvino.RUNTIME]["latency"] = lat
+    got = machine.provider_wins(w)[openvino.RUNTIME]
+    cpu, ov = np.asarray(w.cpu_latency), np.asarray(lat)
+    assert got["faster_on"] == int((ov < cpu).sum()) == w.n - 1 and got["cpu_faster_on"] == 1
+    assert got["best_of_both_ms"] == pytest.approx(np.minimum(cpu, ov).sum(), rel=1e-5)
+    assert got["best_of_both_ms"] <= min(got["cpu_ms"], got["own_ms"]) + 1e-9
+    assert got["time_share"] == pytest.approx(ov[1:].sum() / np.minimum(cpu, ov).sum(), abs=1e-4)
+
+
+@needs_openvino
+def test_a_split_across_onnxruntime_and_openvino_runs_and_verifies(tmp_path, capsys, monkeypatch):
+    """A plan file that gives one of the two cores to OpenVINO: the first half of the model
+    on the CPU EP, the rest on OpenVINO's runtime, one thread each; its parts reproduce
+    the model, and re-applying the plan.json it wrote gives the same parts."""
+    model, plan = halves_plan(tmp_path, monkeypatch, capsys, "openvino0", shared={openvino.RUNTIME: 1})
+    assert main(["export", str(model), "--plan", str(tmp_path / "plan.json"),
+                 "--out", str(tmp_path / "b"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert [(p["device"], p["execution_provider"], p["threads"]) for p in manifest["parts"]] == \
+        [("cpu0", CPU_EP, 1), ("openvino0", openvino.RUNTIME, 1)]
+    assert result["verify"]["ok"] and result["verify"]["max_abs_error"] <= 1e-4
+    assert main(["export", str(model), "--plan", str(tmp_path / "b" / "plan.json"),
+                 "--out", str(tmp_path / "c"), "--json"]) == 0
+    again = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    assert [p["execution_provider"] for p in again["parts"]] == [CPU_EP, openvino.RUNTIME]
+    plan["details"]["execution"]["shared"] = {openvino.RUNTIME: 3}
+    (tmp_path / "bad.json").write_text(json.dumps(plan))
+    capsys.readouterr()
+    assert main(["export", str(model), "--plan", str(tmp_path / "bad.json"), "--out", str(tmp_path / "d")]) == 2
+    assert "gives 3 devices to OpenVINORuntime, but the CPU has 2" in capsys.readouterr().err
+
+
+@needs_openvino
+def test_openvino_node_times_cover_its_counted_time(tmp_path):
+    """Every layer OpenVINO ran is charged to ONNX nodes, its own made-up layers too."""
+    model = mlp(tmp_path / "m.onnx", layers=3, batch=16, width=128)
+    names = [f"{op}{i}" for i in range(3) for op in ("matmul", "add", "relu")]
+    feeds = {"x": np.random.default_rng(0).random((16, 128), dtype=np.float32)}
+    reads = {f"{op}{i}": [f"{nxt}{j}"] for i in range(3) for op, nxt, j in
+             (("matmul", "add", i), ("add", "relu", i), ("relu", "matmul", i + 1))}
+    flops = {n: (2 * 16 * 128 * 128 if n.startswith("matmul") else 16 * 128) + 1.0 for n in names}
+    ms, whole = openvino.profile_nodes(model, feeds, names, flops, runs=5, consumers=reads)
+    assert set(ms) == set(names) and all(v >= 0 for v in ms.values())
+    assert sum(ms[f"matmul{i}"] for i in range(3)) > 0.5 * sum(ms.values()) > 0
+    # (the whole model's plain runs interleave with the counted ones: on a busy machine
+    # the two move apart, never by 10x)
+    assert 0.1 * whole["median"] < sum(ms.values()) < 10 * whole["median"]

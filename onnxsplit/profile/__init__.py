@@ -258,9 +258,12 @@ def _measure_openvino(path: Path, graph, key: str, bound, feeds, repeats: int, w
     settings: dict = {"method": "in_graph", "counters": "openvino PERF_COUNT", "repeats": repeats,
                       "warmup": warmup, "inputs": "random floats in [0, 1), ones for integers"}
     try:
+        readers = {n.name: [c for o in n.outputs if o in graph.tensors for c in graph.tensors[o].consumers]
+                   for n in graph.nodes}
         node_ms, whole = openvino.profile_nodes(path, feeds, names,
                                                 {n: works[n].flops + 1.0 for n in names},
-                                                threads=threads, runs=max(repeats, 10), warmup=warmup)
+                                                threads=threads, runs=max(repeats, 10), warmup=warmup,
+                                                consumers=readers)
         nodes = {n.name: NodeTiming(n.op_type, True, round(node_ms[n.name], 6)) for n in graph.nodes}
         whole_ms = {k: round(v, 6) if isinstance(v, float) else v for k, v in whole.items()}
     except Exception as e:
