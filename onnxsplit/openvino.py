@@ -311,7 +311,10 @@ def profile_nodes(path: str | Path, feeds: Mapping[str, Any], node_names: Iterab
         info = op.get_rt_info()
         layers = str(info["originalLayersNames"].astype(str)).split(",") \
             if "originalLayersNames" in info else [op.get_friendly_name()]
-        origins[op.get_friendly_name()] = [n for n in layers if n in known]
+        # (a layer OpenVINO split off a node is named after it: 'node_Gemm_664/WithoutBiases')
+        origins[op.get_friendly_name()] = list(dict.fromkeys(
+            n if n in known else n.split("/")[0] for n in layers
+            if n in known or n.split("/")[0] in known))
         near[op.get_friendly_name()] = (
             [i.get_source_output().get_node().get_friendly_name() for i in op.inputs()]
             + [t.get_node().get_friendly_name() for o in op.outputs() for t in o.get_target_inputs()])
