@@ -426,14 +426,16 @@ def _print_split(result: dict, as_json: bool) -> int:
     if verify is not None:
         print(f"verify: max abs error {verify['max_abs_error']:.2g}, max rel error "
               f"{verify['max_rel_error']:.2g} over {verify['outputs']} outputs"
-              + ("" if not bad else " -- ABOVE " + _tolerance_text(verify)))
+              + (f" (tolerance {_tolerance_text(verify)})" if not bad else " -- ABOVE " + _tolerance_text(verify)))
     print(f"wrote {result['out']}: {' '.join(result['parts'])} manifest.json plan.json")
     print(f"next: onnxsplit run {result['out']}   (measured beside onnxruntime's own sessions)")
     return 1 if bad else 0
 
 
 def _tolerance_text(verify: dict) -> str:
-    return " or ".join(f"{v:g} {k.split('_')[1]}" for k, v in verify["tolerance"].items())
+    from .verify import says
+
+    return says(verify)
 
 
 def _run(args) -> int:
@@ -467,7 +469,8 @@ def _run(args) -> int:
     if moved:
         print(f"fallback: {', '.join(moved)} ran on the CPU (absent here): the timings below are not the plan's")
     print(f"verify: max abs error {v['max_abs_error']:.2g}, max rel error {v['max_rel_error']:.2g} "
-          f"over {v['outputs']} outputs" + ("" if v["ok"] else " -- ABOVE " + _tolerance_text(v)))
+          f"over {v['outputs']} outputs" + (f" (tolerance {_tolerance_text(v)})" if v["ok"]
+                                            else " -- ABOVE " + _tolerance_text(v)))
     if "assignment" in result:
         a = result["assignment"]
         print(f"placement: of {a['checked']} annotated nodes onnxruntime kept by name, "

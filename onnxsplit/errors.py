@@ -35,3 +35,7 @@ class ClusterError(OnnxsplitError):
 
 class MemoryLimit(OnnxsplitError):
     """A step would take more memory than the limit allows (``--memory-limit``)."""
+
+
+class RunError(OnnxsplitError):
+    """A part failed, or a parts folder cannot be loaded or run."""

@@ -14,6 +14,7 @@ Write-up: docs/machine.md (The parts, annotated.onnx and session.json).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -269,6 +270,12 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
             before_swap(staging)
         interrupt.unregister(staging)  # after the swap it names the old folder
         _move_into_place(staging, out, force)
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        if e.filename:
+            raise
+        # (a full disk fails a write, which names no file: say which output it was)
+        raise OSError(e.errno, e.strerror, str(out)) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -437,8 +444,16 @@ def _move_into_place(staging: Path, out: Path, force: bool) -> None:
     (an interruption leaves the old folder or the new one, never neither), else moved aside
     and replaced.  The old folder is removed after."""
     if not out.exists():
-        staging.rename(out)
-        return
+        try:
+            staging.rename(out)
+            return
+        except OSError as e:  # another command wrote it meanwhile
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            if not force:
+                raise OnnxsplitError(f"output folder '{out}' appeared while the parts were written "
+                                     "(another command's?): left as it is; pass --force to "
+                                     "replace it") from None
     check_out(out, force)  # again: it may have changed while the parts were written
     if _exchange(staging, out):
         _remove_made(staging)  # now the old folder

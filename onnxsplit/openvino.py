@@ -318,8 +318,6 @@ def profile_nodes(path: str | Path, feeds: Mapping[str, Any], node_names: Iterab
         near[op.get_friendly_name()] = (
             [i.get_source_output().get_node().get_friendly_name() for i in op.inputs()]
             + [t.get_node().get_friendly_name() for o in op.outputs() for t in o.get_target_inputs()])
-    origins = {layer: into or _nearest(layer, origins, near) for layer, into in origins.items()}
-    _adopt_fused(origins, names, consumers or {})
     request, plain_request = counted.create_infer_request(), plain.create_infer_request()
     for _ in range(max(warmup, 1)):
         request.infer(dict(feeds))
@@ -333,6 +331,9 @@ def profile_nodes(path: str | Path, feeds: Mapping[str, Any], node_names: Iterab
         t = time.perf_counter()
         plain_request.infer(dict(feeds))
         whole.append((time.perf_counter() - t) * 1e3)
+    ran = {layer for layer, times in per_layer.items() if np.median(times) > 0}
+    origins = {layer: into or _nearest(layer, origins, near) for layer, into in origins.items()}
+    _adopt_fused(origins, names, consumers or {}, ran)
     out = dict.fromkeys(names, 0.0)
     for layer, times in per_layer.items():
         into = origins.get(layer) or ([layer] if layer in known else [])
@@ -348,11 +349,12 @@ def profile_nodes(path: str | Path, feeds: Mapping[str, Any], node_names: Iterab
 
 
 def _adopt_fused(origins: dict[str, list[str]], names: list[str],
-                 consumers: Mapping[str, Iterable[str]]) -> None:
-    """ONNX nodes that no layer names (OpenVINO fused a MatMul into the FullyConnected it
-    named after the Add that follows) join the layer of the node that reads their output,
+                 consumers: Mapping[str, Iterable[str]], ran: set[str]) -> None:
+    """ONNX nodes that no layer which ``ran`` names (OpenVINO fused a MatMul into the
+    FullyConnected it named after the Add that follows; the MatMul's name is left on a
+    weight transpose folded away) join the layer of the node that reads their output,
     last first so that chains of them follow."""
-    layer_of = {n: layer for layer, into in origins.items() for n in into}
+    layer_of = {n: layer for layer, into in origins.items() if layer in ran for n in into}
     for name in reversed(names):
         if name in layer_of:
             continue

@@ -17,9 +17,9 @@ the assignment is checked against the plan.  Samples run two ways:
   wait has a timeout, so nothing hangs.
 
 :func:`run_parts` does what ``onnxsplit run`` prints: the outputs of one sample against
-the original model on the same inputs (``verify``: within 1e-4 absolute where every part
-ran on the CPU, 1e-2 relative where one ran on an accelerator; a NaN or infinity the
-original does not have fails), single-stream latency and pipelined throughput
+the original model on the same inputs (``verify``: within tolerances that scale with each
+output and with how far the original's own outputs move between onnxruntime's
+configurations, :mod:`onnxsplit.verify`), single-stream latency and pipelined throughput
 (``measured``), the plan's prediction, and in the same run what a user would run instead
 (``baselines``, :func:`baselines`) with the ratios.
 """
@@ -36,97 +36,18 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from . import openvino
-from .errors import OnnxsplitError
-from .export import FORMAT, MANIFEST, level_fields, part_deps
+from . import verify as verify_outputs
+from .errors import OnnxsplitError, RunError
+from .manifest import read_manifest
+from .export import level_fields, part_deps
 from .profile.devices import CPU_EP, shares_cpu
 from .profile.measure import session_options
 
 POLL_S = 0.05  # how often a waiting thread looks for a stop
-VERIFY_TOLERANCE = 1e-4  # max abs error of parts that all run on the CPU (the original's kernels)
-# Parts on an accelerator compute with its kernels, not the CPU's: onnxruntime's CUDA EP does
-# float32 matrix products in TF32 by default (its use_tf32 option), so outputs differ from
-# the CPU's in the third or fourth digit. Measured on an H100 against the CPU: max rel error
-# 6e-5 (models/small_bert, 1x64), 1.1e-3 (BERT-base, 1x128; max abs 2.8e-3). A wrong
-# wiring of the parts gives errors of the outputs' own size.
-ACCELERATOR_REL_TOLERANCE = 1e-2
-
-
 # A session plan is refused when onnxruntime moves more than this share of the annotated
 # nodes elsewhere (a few moves are its own rules: the CUDA EP leaves shape computations on
 # the CPU); fewer are reported with the run
 MOVED_SHARE = 0.1
-
-
-class RunError(OnnxsplitError):
-    """A part failed, or a parts folder cannot be loaded or run."""
-
-
-def read_manifest(parts_dir: str | Path) -> dict[str, Any]:
-    path = Path(parts_dir) / MANIFEST
-    if not Path(parts_dir).is_dir():
-        raise RunError(f"'{parts_dir}' is not a folder of parts")
-    try:
-        manifest = json.loads(path.read_text())
-    except OSError:
-        raise RunError(f"'{parts_dir}' has no {MANIFEST}: not a folder written by onnxsplit") from None
-    except json.JSONDecodeError as e:
-        raise RunError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    except UnicodeDecodeError:
-        raise RunError(f"{path}: not a JSON text file") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise RunError(f"{path}: not an onnxsplit manifest (format is not '{FORMAT}')")
-    problem = _manifest_problem(manifest)
-    if problem:
-        raise RunError(f"{path}: {problem}")
-    return manifest
-
-
-def _manifest_problem(m: Mapping[str, Any]) -> str | None:
-    """The first field of a manifest the runner cannot use (missing or of the wrong type),
-    or None."""
-    def tensors(x, where: str) -> str | None:
-        if not isinstance(x, list):
-            return f"{where} must be a list"
-        for i, t in enumerate(x):
-            if not isinstance(t, dict) or not isinstance(t.get("name"), str):
-                return f"{where}[{i}] must be an object with a 'name'"
-        return None
-
-    model = m.get("model")
-    if not isinstance(model, dict):
-        return "'model' must be an object"
-    if not isinstance(model.get("path"), str) or not model["path"]:
-        return "model.path must name the original model file"
-    for key in ("inputs", "outputs"):
-        if (why := tensors(model.get(key), f"model.{key}")):
-            return why
-    for i, t in enumerate(model["inputs"]):
-        if not isinstance(t.get("shape"), list) or not isinstance(t.get("dtype"), str) or not all(
-                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in t["shape"]):
-            return f"model.inputs[{i}] needs a 'dtype' and a 'shape' of integers >= 0"
-    parts = m.get("parts")
-    if not isinstance(parts, list) or not parts:
-        return "'parts' must be a non-empty list"
-    for i, p in enumerate(parts):
-        if not isinstance(p, dict):
-            return f"parts[{i}] must be an object"
-        for key in ("name", "file", "device", "execution_provider"):
-            if not isinstance(p.get(key), str) or not p[key]:
-                return f"parts[{i}].{key} must be a non-empty string"
-        if Path(p["file"]).name != p["file"]:
-            return f"parts[{i}].file must name a file in the folder, got '{p['file']}'"
-        for key in ("inputs", "outputs"):
-            if (why := tensors(p.get(key), f"parts[{i}].{key}")):
-                return why
-        for key in ("threads", "replicas", "device_id"):
-            v = p.get(key)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                return f"parts[{i}].{key} must be an integer >= 0"
-        if p.get("optimization") not in (None, "all", "disabled"):
-            return f"parts[{i}].optimization must be 'all' or 'disabled'"
-    if m.get("run_as", "pipeline") not in ("pipeline", "session"):
-        return "'run_as' must be 'pipeline' or 'session'"
-    return None
 
 
 def _providers(ep: str, fallback_cpu: bool = False) -> list[str]:
@@ -170,19 +91,6 @@ def _check_runs_on(sess, ep: str, what: str) -> None:
     if ep not in got:
         raise RunError(f"{what} was to run on {ep} but onnxruntime set it up on "
                        f"{', '.join(got)}")
-
-
-def verify_tolerance(verify: Mapping[str, Any], accelerated: bool) -> dict[str, Any]:
-    """Whether ``verify`` (compare_outputs) is close enough: max abs error VERIFY_TOLERANCE,
-    or where a part ran on an accelerator or an output is a half-precision float (whose
-    rounding alone is 1e-3 relative), max rel error ACCELERATOR_REL_TOLERANCE.  Integer and
-    boolean outputs must be equal (compare_outputs counts any difference as infinite)."""
-    tol: dict[str, float] = {"max_abs_error": VERIFY_TOLERANCE}
-    ok = verify["max_abs_error"] <= VERIFY_TOLERANCE
-    if accelerated or verify.get("half_precision"):
-        tol["max_rel_error"] = ACCELERATOR_REL_TOLERANCE
-        ok = ok or verify["max_rel_error"] <= ACCELERATOR_REL_TOLERANCE
-    return {"tolerance": tol, "ok": bool(ok)}
 
 
 def random_feeds(specs: Iterable[Mapping[str, Any]], seed: int = 0) -> dict[str, np.ndarray]:
@@ -535,46 +443,11 @@ class _Pipeline:
 
 
 def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
-    """Largest absolute difference over all outputs, and the largest per output relative to
-    that output's largest magnitude (so values near zero do not blow it up)."""
-    abs_err, rel_err, worst = 0.0, 0.0, None
-    for name, ref in want.items():
-        a, b = np.asarray(got[name]), np.asarray(ref)
-        if a.shape != b.shape:
-            raise RunError(f"output '{name}' has shape {a.shape} from the parts but {b.shape} "
-                           "from the original model")
-        if a.dtype.kind in "fc" or b.dtype.kind in "fc":
-            a64, b64 = a.astype(np.float64), b.astype(np.float64)
-            diff = np.abs(a64 - b64)
-            # NaN or infinity where the original has the same is agreement; anywhere else
-            # it is an error no tolerance accepts (max() would drop a NaN)
-            same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
-            diff = np.where(same, 0.0, np.where(np.isfinite(diff), diff, np.inf))
-            d = float(np.max(diff, initial=0.0))
-            finite = np.abs(b64[np.isfinite(b64)])
-            scale = float(np.max(finite, initial=0.0))
-        else:
-            d = 0.0 if np.array_equal(a, b) else float("inf")
-            scale = 1.0
-        r = d / scale if scale > 0 else (0.0 if d == 0 else float("inf"))
-        if d > abs_err:
-            worst = name
-        abs_err, rel_err = max(abs_err, d), max(rel_err, r)
-    half = any(str(np.asarray(v).dtype) in ("float16", "bfloat16") for v in want.values())
-    return {"max_abs_error": abs_err, "max_rel_error": rel_err, "worst_output": worst,
-            "outputs": len(want), "half_precision": half}
-
-
-def _whole_session(model_path: str | Path, threads: int, optimize: bool,
-                   ep: str = CPU_EP):
-    from .sessions import SessionError, open_sessions
-
+    """:func:`verify.compare_outputs`, a shape that differs a RunError."""
     try:
-        sess = open_sessions(model_path, _providers(ep), threads=threads, optimize=optimize)[0]
-    except SessionError as e:
-        raise RunError(f"the original model '{model_path}' cannot be loaded on {ep}: {e}") from None
-    _check_runs_on(sess, ep, f"the original model '{model_path}'")
-    return sess
+        return verify_outputs.compare_outputs(got, want)
+    except verify_outputs.ShapeMismatch as e:
+        raise RunError(str(e)) from None
 
 
 def single_device_ep(parts: Parts) -> tuple[str, str]:
@@ -928,16 +801,11 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
         raise RunError(f"the original model '{model_path}' is not there: pass it with --model")
     feeds = dict(feeds) if feeds is not None else random_feeds(parts.inputs, seed)
     parts.check_feeds(feeds)
-    whole = _whole_session(model_path, 1, False)
-    try:
-        want = dict(zip([o.name for o in whole.get_outputs()], whole.run(None, dict(feeds))))
-    except Exception as e:
-        raise RunError(f"the original model failed on the check inputs: "
-                       f"{' '.join(str(e).split())[:300]}") from None
-    whole = None
+    want, own = verify_outputs.reference(model_path, feeds)
     got = parts.run(feeds)
     verify = compare_outputs(got, {o: want[o] for o in parts.output_names})
-    verify.update(verify_tolerance(verify, any(ep != CPU_EP for ep in parts.execution_providers)))
+    verify.update(verify_outputs.tolerance(verify, any(ep != CPU_EP for ep in parts.execution_providers),
+                                           own))
     result: dict[str, Any] = {
         "parts_dir": str(parts.dir),
         "run_as": parts.manifest.get("run_as", "pipeline"),

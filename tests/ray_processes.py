@@ -31,3 +31,22 @@ def ray_processes(driver: int | None = None) -> set[int]:
             if (b"raylet" in cmd or b"gcs_server" in cmd) and mark in cmd:
                 out.add(int(pid))
     return out
+
+
+# how long Ray's daemons may take to go once their driver shut Ray down or died: on a busy
+# 2-core machine they took longer than the 10 s first allowed (the suite failed while
+# another process used part of a core); what is checked is that they go, not how fast
+GONE_S = 60.0
+
+
+def gone(driver: int | None = None, since: set[int] = frozenset(), within: float = GONE_S) -> bool:
+    """Wait until no Ray daemon of ``driver`` (beyond ``since``) runs, at most ``within``
+    seconds; whether none is left."""
+    import time
+
+    deadline = time.monotonic() + within
+    while ray_processes(driver) - set(since):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True

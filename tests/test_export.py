@@ -26,7 +26,8 @@ from onnxsplit.errors import OnnxsplitError, SplitError
 from onnxsplit.export import ANNOTATED, INLINE_BYTES, MANIFEST, WEIGHTS, export, make_parts
 from onnxsplit.graph import OpGraph
 from onnxsplit.runner import (ROUNDS, Parts, RunError, compare_outputs, random_feeds, read_manifest,
-                              run_parts, single_device_ep, verify_tolerance)
+                              run_parts, single_device_ep)
+from onnxsplit.verify import tolerance as verify_tolerance
 
 CPU = "CPUExecutionProvider"
 ATOL = 1e-5
@@ -867,10 +868,11 @@ def test_stream_stops_when_consumer_stops(late_parts):
 def test_corrupt_part_file(late_parts):
     _, _, e = late_parts
     (e.out / "part1_cpu1.onnx").write_bytes(b"not an onnx model")
-    with pytest.raises(RunError, match=r"part part1_cpu1 \(part1_cpu1.onnx\) cannot be loaded"):
+    # (found when the manifest is checked against its parts, before any session is made)
+    with pytest.raises(RunError, match=r"parts\[1\].file 'part1_cpu1.onnx' is not an ONNX model"):
         Parts(e.out)
     (e.out / "part1_cpu1.onnx").unlink()
-    with pytest.raises(RunError, match="part1_cpu1"):
+    with pytest.raises(RunError, match=r"parts\[1\].file 'part1_cpu1.onnx' is not in the folder"):
         Parts(e.out)
 
 
@@ -996,11 +998,11 @@ def test_random_feeds_and_compare_outputs():
 def test_verify_tolerance_on_accelerators():
     """Parts on an accelerator are held to 1e-2 relative: on an H100 the CUDA EP's TF32
     matrix products put BERT-base 1x128 at max abs 2.8e-3, rel 1.1e-3 from the CPU (the
-    main command called every GPU plan a failure); CPU parts stay exact to 1e-4."""
+    main command called every GPU plan a failure); CPU parts are held much closer."""
     tf32 = {"max_abs_error": 2.8e-3, "max_rel_error": 1.1e-3}
-    assert verify_tolerance(tf32, accelerated=False) == {"tolerance": {"max_abs_error": 1e-4}, "ok": False}
+    assert verify_tolerance(tf32, accelerated=False) == {"tolerance": {"max_abs_error": 1e-6}, "ok": False}
     got = verify_tolerance(tf32, accelerated=True)
-    assert got["ok"] and got["tolerance"] == {"max_abs_error": 1e-4, "max_rel_error": 1e-2}
+    assert got["ok"] and got["tolerance"] == {"max_abs_error": 1e-6, "max_rel_error": 1e-2}
     assert not verify_tolerance({"max_abs_error": 0.7, "max_rel_error": 0.3}, accelerated=True)["ok"]
     assert verify_tolerance({"max_abs_error": 0.0, "max_rel_error": 0.0}, accelerated=False)["ok"]
 

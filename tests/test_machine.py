@@ -784,3 +784,32 @@ def test_the_runner_costs_are_what_its_chains_take_beyond_their_parts_own_times(
     assert got["gil_tensor_ms"] == pytest.approx(0.8 / 16 / 10, rel=1e-4)
     assert got["session_ms"] == pytest.approx(0.01, rel=1e-5)
     assert machine.CallCosts.of({"runner": got}).measured
+
+
+def test_a_calibration_whose_rounds_spread_wide_is_measured_again(tmp_path, monkeypatch):
+    """The first measurement's rounds 60% apart (a machine still waking up): measured
+    again, and the narrower one kept, with how wide it was and how many tries it took;
+    a narrow first one is kept at once."""
+    from onnxsplit import runner
+
+    model = mlp(tmp_path / "m.onnx", layers=1, batch=2, width=8)
+    feeds = {"x": np.ones((2, 8), np.float32)}
+    calls = []
+
+    def fake(loaded, feeds, samples, warmup, rounds=5, min_round_s=0.3, pair_with=None):
+        calls.append(sorted(loaded))
+        wide = len(calls) == 1
+        rates = [100.0, 160.0, 120.0] if wide else [100.0, 104.0, 102.0]
+        return {k: {"latency_ms": 10.0, "throughput_per_s": float(np.median(rates)), "samples": 3,
+                    "rounds": 3, "by_round": {"throughput_per_s": rates, "latency_ms": [10.0] * 3}}
+                for k in loaded}
+
+    monkeypatch.setattr(runner, "measure_rounds", fake)
+    rec = cal.calibrate(model, feeds, "CPUExecutionProvider", cores=1)
+    assert len(calls) >= 2 and calls[0] == calls[1]  # the same configurations, again
+    assert rec["default"]["tries"] == 2 and rec["default"]["spread"] == pytest.approx(0.04)
+    assert rec["default"]["throughput_per_s"] == pytest.approx(102.0)
+    calls.clear()
+    monkeypatch.setattr(cal, "SPREAD_AGAIN", 0.7)
+    rec = cal.calibrate(model, feeds, "CPUExecutionProvider", cores=1)
+    assert rec["default"]["tries"] == 1 and rec["default"]["spread"] == pytest.approx(0.6)

@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from onnx_models import mlp
-from ray_processes import ray_processes, sigint_as_in_a_terminal
+from ray_processes import gone, ray_processes, sigint_as_in_a_terminal
 from onnxsplit.cli import main
 from onnxsplit.export import MANIFEST, export
 from onnxsplit.graph import OpGraph
@@ -49,11 +49,7 @@ def no_ray_left():
     yield
     if ray.is_initialized():
         ray.shutdown()
-    for _ in range(50):
-        if not ray_processes() - before:
-            break
-        time.sleep(0.2)
-    assert not ray_processes() - before, "a Ray process onnxsplit started is still running"
+    assert gone(since=before), "a Ray process onnxsplit started is still running"
 
 
 def test_run_on_a_local_ray_beside_the_threaded_runner(tmp_path, capsys, no_ray_left):
@@ -135,8 +131,4 @@ def test_interrupting_the_ray_engine_leaves_no_ray_behind(tmp_path):
             proc.kill()
             for pid in daemons:
                 os.kill(pid, signal.SIGKILL)
-    for _ in range(50):
-        if not ray_processes(proc.pid):
-            break
-        time.sleep(0.2)
-    assert not ray_processes(proc.pid)
+    assert gone(proc.pid)

@@ -11,7 +11,8 @@ from onnx_models import mlp
 from onnxsplit.cli import main
 from onnxsplit.export import MANIFEST, export
 from onnxsplit.graph import OpGraph
-from onnxsplit.runner import compare_outputs, verify_tolerance
+from onnxsplit.runner import compare_outputs
+from onnxsplit.verify import tolerance as verify_tolerance
 
 CPU = "CPUExecutionProvider"
 
@@ -41,12 +42,70 @@ def one_line_error(capsys, argv) -> str:
     (lambda m: m["model"].update(inputs=[{"name": "x"}]), "model.inputs[0] needs"),
     (lambda m: m.update(run_as="cluster"), "'run_as'"),
     (lambda m: m["parts"][0].update(optimization="max"), "optimization"),
+    # against the parts it names
+    (lambda m: m["parts"][0].update(file="gone.onnx"), "parts[0].file 'gone.onnx' is not in the folder"),
+    (lambda m: m["parts"][0]["inputs"][0].update(name="y"), "parts[0].inputs[0] 'y' is not an input"),
+    (lambda m: m["parts"][0]["inputs"][0].update(dtype="int64"), "parts[0].inputs[0] says dtype int64"),
+    (lambda m: m["parts"][0]["outputs"][0].update(shape=[4, 17]), "parts[0].outputs[0].shape [4, 17]"),
+    (lambda m: m["model"]["inputs"][0].update(shape=[4, 16, 1]), "model.inputs[0].shape [4, 16, 1] has 3"),
+    (lambda m: m["model"]["inputs"][0].update(bytes=5), "model.inputs[0].bytes is 5"),
 ])
 def test_a_damaged_manifest_is_one_line(parts, capsys, edit, needle):
     m = json.loads((parts / MANIFEST).read_text())
     edit(m)
     (parts / MANIFEST).write_text(json.dumps(m))
     assert needle in one_line_error(capsys, ["run", str(parts), "--no-measure"])
+
+
+def test_inputs_too_big_for_memory_are_refused_before_any_is_made(tmp_path, capsys):
+    """A dynamic batch edited to 10^11 rows: one line naming the field and the limit,
+    before any feed is allocated (not numpy's out-of-memory traceback)."""
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16, dynamic_batch=True)
+    g = OpGraph.from_onnx(model, {"x": (4, 16)})
+    out = tmp_path / "p"
+    export(g, {n.name: "cpu0" for n in g.nodes}, out, providers={"cpu0": CPU})
+    m = json.loads((out / MANIFEST).read_text())
+    m["model"]["inputs"][0].update(shape=[100_000_000_000, 16], bytes=None)
+    (out / MANIFEST).write_text(json.dumps(m))
+    line = one_line_error(capsys, ["run", str(out), "--no-measure"])
+    assert "model.inputs: one sample of shape [100000000000, 16] takes" in line
+    assert "above the memory limit" in line
+
+
+def test_a_damaged_profile_cache_is_set_aside_and_measured_again(tmp_path, capsys, monkeypatch):
+    """The per-user cache is onnxsplit's own: a file that is not a profile is renamed
+    (kept) and a damaged or foreign entry dropped, each with a note, and the command
+    measures again and succeeds.  A profile file the user names stays an error."""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    args = [str(model), "--out", str(tmp_path / "p"), "--force", "--quiet"]
+    assert main(args) == 0
+    cache = next((tmp_path / "cache").rglob("*.json"))
+    good = json.loads(cache.read_text())
+    capsys.readouterr()
+    # one entry's time made negative, another's nodes renamed
+    broken = json.loads(cache.read_text())
+    first = next(iter(broken["entries"][0]["nodes"].values()))
+    first["median_ms"] = -1.0
+    if len(broken["entries"]) > 1:
+        nodes = broken["entries"][1]["nodes"]
+        broken["entries"][1]["nodes"] = {f"other_{k}": v for k, v in nodes.items()}
+    cache.write_text(json.dumps(broken))
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "median_ms -1.0 is not a time" in err and "dropped, measuring again" in err
+    assert len(json.loads(cache.read_text())["entries"]) == len(good["entries"])
+    # a file that is not a profile at all
+    cache.write_text("{not json")
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "set aside as" in err and (cache.parent / f"{cache.name}.corrupt").read_text() == "{not json"
+    assert json.loads(cache.read_text())["entries"]
+    # a profile the user names is theirs: an error, the file untouched
+    mine = tmp_path / "mine.json"
+    mine.write_text("{not json")
+    line = one_line_error(capsys, args + ["--profile", str(mine)])
+    assert "is not a profile file" in line and mine.read_text() == "{not json"
 
 
 def test_unwritable_outputs_are_one_line(tmp_path, capsys):
@@ -77,6 +136,73 @@ def test_tolerance_by_dtype():
     ints = {"i": np.array([3, 4], np.int64)}
     off = compare_outputs({"i": np.array([3, 5], np.int64)}, ints)
     assert not verify_tolerance(off, accelerated=True)["ok"]
+
+
+def test_tolerance_scales_with_each_output():
+    """A large output is held relative to its size, a small one to the absolute floor,
+    each on its own; ints exactly."""
+    want = {"big": np.array([1000.0, -250.0], np.float32), "small": np.array([0.1, 0.01], np.float32)}
+    sums = {"big": np.array([1000.001, -250.0], np.float32), "small": np.array([0.1000005, 0.01], np.float32)}
+    got = compare_outputs(sums, want)
+    v = verify_tolerance(got, accelerated=False)
+    assert v["ok"] and got["max_abs_error"] > 1e-4  # (an absolute bar alone cried wolf here)
+    assert v["allowed"]["big"]["why"] == "relative" and v["allowed"]["small"]["why"] == "abs"
+    assert v["allowed"]["big"]["abs"] == pytest.approx(1000 * 4e-6)
+    # the same absolute error on the small output, or ten times it on the big one, is real
+    for wrong in ({"big": sums["big"], "small": np.array([0.1001, 0.01], np.float32)},
+                  {"big": np.array([1000.02, -250.0], np.float32), "small": want["small"]}):
+        assert not verify_tolerance(compare_outputs(wrong, want), accelerated=False)["ok"]
+
+
+def test_tolerance_grows_with_what_the_model_itself_moves():
+    """Where the original's own outputs move 1e-3 between onnxruntime's configurations, a
+    split may differ by up to ten times that, not more."""
+    want = {"y": np.array([1.0, 2.0], np.float32)}
+    off = compare_outputs({"y": np.array([1.005, 2.0], np.float32)}, want)
+    assert not verify_tolerance(off, accelerated=False)["ok"]
+    v = verify_tolerance(off, accelerated=False, own={"y": 1e-3})
+    assert v["ok"] and v["allowed"]["y"] == {"abs": pytest.approx(1e-2), "why": "spread"}
+    far = compare_outputs({"y": np.array([1.02, 2.0], np.float32)}, want)
+    assert not verify_tolerance(far, accelerated=False, own={"y": 1e-3})["ok"]
+
+
+def test_the_reference_spread_is_the_models_own(tmp_path):
+    """The original run as the reference and in onnxruntime's default session: an MLP's
+    float outputs move a little (another summation order) or not at all, never by more
+    than float32 rounding of their size."""
+    from onnxsplit.verify import reference
+
+    model = mlp(tmp_path / "m.onnx", layers=3, batch=8, width=256)
+    feeds = {"x": np.random.default_rng(0).random((8, 256), dtype=np.float32)}
+    want, own = reference(model, feeds)
+    assert set(own) == set(want) == {"h2"}
+    assert 0.0 <= own["h2"] <= 1e-5 * float(np.abs(want["h2"]).max()) + 1e-7
+
+
+@pytest.mark.parametrize("damage", ["zeroed", "garbage", "subtle"])
+def test_parts_with_damaged_weights_fail_the_check(tmp_path, capsys, damage):
+    """weights.bin zeroed, overwritten with garbage, or one weight of 256 x 256 moved by
+    0.2% (its outputs move by 1.3e-5, under a bar of 1e-4 absolute alone): the check
+    fails (exit 1) and says by how much, above which tolerance."""
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=8, width=256)
+    g = OpGraph.from_onnx(model)
+    out = tmp_path / "p"
+    export(g, {n.name: "cpu0" if i < 3 else "cpu1" for i, n in enumerate(g.nodes)}, out,
+           providers={"cpu0": CPU, "cpu1": CPU})
+    assert main(["run", str(out), "--no-measure"]) == 0
+    blob = bytearray((out / "weights.bin").read_bytes())
+    values = np.frombuffer(blob, dtype=np.float32).copy()
+    if damage == "zeroed":
+        values[:] = 0
+    elif damage == "garbage":
+        values[:] = np.random.default_rng(1).standard_normal(len(values)).astype(np.float32)
+    else:
+        values[1000] *= 1.002
+    (out / "weights.bin").write_bytes(values.tobytes())
+    capsys.readouterr()
+    assert main(["run", str(out), "--no-measure"]) == 1
+    err = capsys.readouterr().err
+    assert "check failed" in err and "above" in err
 
 
 @pytest.mark.parametrize("edit,needle", [
@@ -147,3 +273,64 @@ def test_an_output_naming_an_input_is_refused_and_the_input_kept(tmp_path, capsy
         assert "is the input" in line and needle in line
     assert (w.read_bytes(), model.read_bytes()) == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["m.onnx", "w.json"]
+
+
+def test_a_full_disk_names_the_output(tmp_path, capsys, monkeypatch):
+    """A write that fails with no file named (ENOSPC from write()): the one line says
+    which output, and nothing is left behind."""
+    import errno
+    from pathlib import Path
+
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    real = Path.write_bytes
+
+    def full(self, data):
+        if self.suffix == ".onnx" and ".tmp" in str(self.parent):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "parts"
+    line = one_line_error(capsys, [str(model), "--out", str(out), "--quiet"])
+    assert line == f"onnxsplit: error: '{out}': No space left on device"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "m.onnx"]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_two_exports_to_one_out_at_once_leave_one_whole_output(tmp_path, force):
+    """Writers racing for the same --out: each either wins or fails with one line; what
+    is left is one whole parts folder (every file of one export), and no staging."""
+    import threading
+
+    from onnxsplit.errors import OnnxsplitError
+    from onnxsplit.runner import run_parts
+
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    g = OpGraph.from_onnx(model)
+    names = [n.name for n in g.nodes]
+    plans = [{n: "cpu0" for n in names}, {n: ("cpu0" if i < 3 else "cpu1") for i, n in enumerate(names)}]
+    out = tmp_path / "p"
+    for round_ in range(4):
+        errors, barrier = [], threading.Barrier(2)
+
+        def write(plan):
+            barrier.wait()
+            try:
+                export(g, plan, out, providers={"cpu0": CPU, "cpu1": CPU}, force=force or round_ > 0)
+            except OnnxsplitError as e:
+                errors.append(str(e))
+
+        threads = [threading.Thread(target=write, args=(p,)) for p in plans]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(errors) <= 1 and all("--force" in e or "already exists" in e for e in errors), errors
+        manifest = json.loads((out / MANIFEST).read_text())
+        files = {p.name for p in out.iterdir()}
+        assert {p["file"] for p in manifest["parts"]} <= files
+        assert len(manifest["parts"]) in (1, 2) and files == {p["file"] for p in manifest["parts"]} | {
+            MANIFEST, "annotated.onnx"} | ({"weights.bin"} if manifest["weights"]["file"] else set())
+        assert run_parts(out, measure=False)["verify"]["ok"]
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ray_processes import ray_processes, sigint_as_in_a_terminal
+from ray_processes import gone, sigint_as_in_a_terminal
 from onnxsplit.kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -203,8 +203,4 @@ def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
     assert proc.returncode == 130
-    for _ in range(50):
-        if not ray_processes(proc.pid):
-            break
-        time.sleep(0.2)
-    assert not ray_processes(proc.pid), "a Ray process the server started is still running"
+    assert gone(proc.pid), "a Ray process the server started is still running"

@@ -108,8 +108,9 @@ def profile(
         bound, key, input_fills = graph.input_shapes, graph.profile_key, dict(graph.input_fills)
     else:
         bound, key = bind(path, input_shapes, input_fills)[1:]
-    store = ProfileFile(None) if cache is False else ProfileFile.load(
-        Path(cache) if cache else default_cache(key))
+    names = [n.name for n in graph.nodes] if graph is not None else None
+    store = ProfileFile(None) if cache is False else ProfileFile.load(Path(cache)) if cache \
+        else ProfileFile.load_cache(default_cache(key), key, names)
     todo = [ep for ep in eps if force or store.find(key, device_key(ep, threads)) is None]
     if todo:
         for entry in _measure(Path(path), bound, input_fills, key, todo, repeats, warmup, group, quiet, threads,
@@ -130,7 +131,9 @@ def ensure_profiled(graph, providers: Sequence[str], *, cache: str | Path | None
     is the model's OpGraph, as imported (its bound shapes and fills key the profile)."""
     bound, key = graph.input_shapes, graph.profile_key
     file = Path(cache) if cache else default_cache(key)
-    known = ModelProfile(key, bound, tuple(ProfileFile.load(file).for_model(key)))
+    store = ProfileFile.load(file) if cache else \
+        ProfileFile.load_cache(file, key, [n.name for n in graph.nodes])
+    known = ModelProfile(key, bound, tuple(store.for_model(key)))
     present = available_providers()
     todo = [ep for ep in dict.fromkeys(providers) if known.entry(ep) is None and ep in present]
     if todo:

@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import onnx
 from onnx import TensorProto
@@ -50,9 +50,14 @@ class NodeTiming:
 
     @classmethod
     def from_json(cls, d: dict) -> "NodeTiming":
+        """ValueError where a time is not a finite number >= 0 (a damaged entry)."""
+        times = {k: d.get(k) for k in ("median_ms", "p10_ms", "p90_ms")}
+        for k, v in times.items():
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or not 0 <= v < float("inf")):
+                raise ValueError(f"{k} {v!r} is not a time")
         return cls(op_type=d.get("op_type", ""), supported=bool(d.get("supported", True)),
-                   median_ms=d.get("median_ms"), p10_ms=d.get("p10_ms"), p90_ms=d.get("p90_ms"),
-                   same_as=d.get("same_as"), error=d.get("error"))
+                   same_as=d.get("same_as"), error=d.get("error"), **times)
 
 
 @dataclass(frozen=True)
@@ -139,21 +144,53 @@ class ProfileFile:
             if missing_ok:
                 return cls(path)
             raise ProfileError(f"profile file '{path}' does not exist")
+        return cls(path, [Entry.from_json(e, f"{path}: entries[{i}]")
+                          for i, e in enumerate(_raw_entries(path))])
+
+    @classmethod
+    def load_cache(cls, path: str | Path, model_hash: str | None = None,
+                   node_names: Sequence[str] | None = None) -> "ProfileFile":
+        """The per-user cache file at ``path``, which onnxsplit alone writes: what cannot
+        be used is set aside with a note on stderr, and measured again by the caller --
+        a file that is not a profile is renamed ``*.corrupt`` (kept, not deleted), a
+        malformed entry dropped, and an entry of ``model_hash`` whose nodes are not
+        ``node_names`` (another model's timings under its key) dropped.  What was dropped
+        is saved at once, so that the next read is clean."""
+        path = Path(path)
+        if not path.exists():
+            return cls(path)
         try:
-            data = json.loads(path.read_text())
-        except OSError as e:
-            raise ProfileError(f"cannot read profile file '{path}': {e.strerror or e}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ProfileError(f"'{path}' is not a profile file (not JSON: {e})") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ProfileError(f"'{path}' is not a profile file (no \"format\": \"{FORMAT}\")")
-        if data.get("version") != VERSION:
-            raise ProfileError(f"'{path}' is a profile of version {data.get('version')!r}; "
-                               f"this onnxsplit reads version {VERSION}")
-        entries = data.get("entries")
-        if not isinstance(entries, list):
-            raise ProfileError(f"'{path}': field 'entries' must be a list")
-        return cls(path, [Entry.from_json(e, f"{path}: entries[{i}]") for i, e in enumerate(entries)])
+            entries = _raw_entries(path)
+        except ProfileError as e:
+            aside = path.with_name(f"{path.name}.corrupt")
+            try:
+                path.replace(aside)
+            except OSError:
+                raise e from None
+            _note(f"{e}; set aside as {aside}, measuring again")
+            return cls(path)
+        kept, dropped = [], []
+        names = set(node_names) if node_names is not None else None
+        for i, raw in enumerate(entries):
+            try:
+                e = Entry.from_json(raw, f"{path}: entries[{i}]")
+            except ProfileError as err:
+                dropped.append(str(err))
+                continue
+            if names is not None and e.model_hash == model_hash and set(e.nodes) != names:
+                dropped.append(f"{path}: entries[{i}] ({e.execution_provider}) times other nodes "
+                               "than the model has")
+                continue
+            kept.append(e)
+        store = cls(path, kept)
+        for why in dropped:
+            _note(f"{why}: dropped, measuring again")
+        if dropped:
+            try:
+                store.save()
+            except OSError:
+                pass  # (a read-only cache: used as read, not cleaned)
+        return store
 
     def find(self, model_hash: str, device_key: str) -> Entry | None:
         for e in self.entries:
@@ -203,6 +240,31 @@ class ModelProfile:
                 mine = [e for e in mine if of(e) == want]
                 break
         return max(mine, key=lambda e: e.measured_at) if mine else None
+
+
+def _raw_entries(path: Path) -> list:
+    """A profile file's entries as JSON; ProfileError where it is not a profile file."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise ProfileError(f"cannot read profile file '{path}': {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ProfileError(f"'{path}' is not a profile file (not JSON: {e})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ProfileError(f"'{path}' is not a profile file (no \"format\": \"{FORMAT}\")")
+    if data.get("version") != VERSION:
+        raise ProfileError(f"'{path}' is a profile of version {data.get('version')!r}; "
+                           f"this onnxsplit reads version {VERSION}")
+    entries = data.get("entries")
+    if not isinstance(entries, list):
+        raise ProfileError(f"'{path}': field 'entries' must be a list")
+    return entries
+
+
+def _note(text: str) -> None:
+    import sys
+
+    print(f"onnxsplit: note: {text}", file=sys.stderr, flush=True)
 
 
 def model_hash(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> str:

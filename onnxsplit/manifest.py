@@ -1,0 +1,190 @@
+"""A parts folder's manifest, read as untrusted input.
+
+``run``, ``serve`` and the Ray engine take a folder a user may have edited, copied from
+elsewhere or damaged.  Before anything is loaded or allocated, :func:`read_manifest`
+checks every field the runner uses: its types (:func:`field_problem`), and against the
+parts it names (:func:`parts_problem`: each part file is there and is an ONNX model whose
+inputs and outputs carry the names, element types and fixed dimensions the manifest
+says; the model's inputs are some part's, their byte counts add up, and one sample of
+them fits the memory limit).  A problem is one line naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import RunError
+from .export import ANNOTATED, FORMAT, MANIFEST
+
+# element type name -> bytes per element (the dtypes a manifest spells as onnx does)
+_ITEMSIZE = {"float": 4, "float32": 4, "double": 8, "float64": 8, "float16": 2, "bfloat16": 2,
+             "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint64": 8, "uint32": 4,
+             "uint16": 2, "uint8": 1, "bool": 1}
+
+
+def read_manifest(parts_dir: str | Path) -> dict[str, Any]:
+    """The folder's manifest, checked field by field and against its parts; RunError with
+    one line naming the first problem."""
+    path = Path(parts_dir) / MANIFEST
+    if not Path(parts_dir).is_dir():
+        raise RunError(f"'{parts_dir}' is not a folder of parts")
+    try:
+        manifest = json.loads(path.read_text())
+    except OSError:
+        raise RunError(f"'{parts_dir}' has no {MANIFEST}: not a folder written by onnxsplit") from None
+    except json.JSONDecodeError as e:
+        raise RunError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    except UnicodeDecodeError:
+        raise RunError(f"{path}: not a JSON text file") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise RunError(f"{path}: not an onnxsplit manifest (format is not '{FORMAT}')")
+    problem = field_problem(manifest) or parts_problem(Path(parts_dir), manifest)
+    if problem:
+        raise RunError(f"{path}: {problem}")
+    return manifest
+
+
+def field_problem(m: Mapping[str, Any]) -> str | None:
+    """The first field of a manifest the runner cannot use (missing or of the wrong type),
+    or None."""
+    def tensors(x, where: str) -> str | None:
+        if not isinstance(x, list):
+            return f"{where} must be a list"
+        for i, t in enumerate(x):
+            if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+                return f"{where}[{i}] must be an object with a 'name'"
+        return None
+
+    model = m.get("model")
+    if not isinstance(model, dict):
+        return "'model' must be an object"
+    if not isinstance(model.get("path"), str) or not model["path"]:
+        return "model.path must name the original model file"
+    for key in ("inputs", "outputs"):
+        if (why := tensors(model.get(key), f"model.{key}")):
+            return why
+    for i, t in enumerate(model["inputs"]):
+        if not isinstance(t.get("shape"), list) or not isinstance(t.get("dtype"), str) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in t["shape"]):
+            return f"model.inputs[{i}] needs a 'dtype' and a 'shape' of integers >= 0"
+    parts = m.get("parts")
+    if not isinstance(parts, list) or not parts:
+        return "'parts' must be a non-empty list"
+    for i, p in enumerate(parts):
+        if not isinstance(p, dict):
+            return f"parts[{i}] must be an object"
+        for key in ("name", "file", "device", "execution_provider"):
+            if not isinstance(p.get(key), str) or not p[key]:
+                return f"parts[{i}].{key} must be a non-empty string"
+        if Path(p["file"]).name != p["file"]:
+            return f"parts[{i}].file must name a file in the folder, got '{p['file']}'"
+        for key in ("inputs", "outputs"):
+            if (why := tensors(p.get(key), f"parts[{i}].{key}")):
+                return why
+        for key in ("threads", "replicas", "device_id"):
+            v = p.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                return f"parts[{i}].{key} must be an integer >= 0"
+        if p.get("optimization") not in (None, "all", "disabled"):
+            return f"parts[{i}].optimization must be 'all' or 'disabled'"
+    if m.get("run_as", "pipeline") not in ("pipeline", "session"):
+        return "'run_as' must be 'pipeline' or 'session'"
+    return None
+
+
+def _graph_io(path: Path) -> tuple[dict[str, tuple[str, list]], dict[str, tuple[str, list]]] | str:
+    """(inputs, outputs) of the ONNX model at ``path``, name -> (element type, dims: an
+    int where fixed, None where not), read without its weights; or why it cannot be."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:
+        return f"is not an ONNX model ({' '.join(str(e).split())[:120]})"
+    weights = {t.name for t in model.graph.initializer}
+
+    def io(values) -> dict[str, tuple[str, list]]:
+        out = {}
+        for v in values:
+            if v.name in weights or not v.type.HasField("tensor_type"):
+                continue
+            tt = v.type.tensor_type
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name if tt.elem_type else ""
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] \
+                if tt.HasField("shape") else None
+            out[v.name] = (dtype, dims)
+        return out
+
+    return io(model.graph.input), io(model.graph.output)
+
+
+def _dtype(name: str) -> str:
+    """'tensor(float)' or 'float32' -> numpy's name ('float32')."""
+    name = name[7:-1] if name.startswith("tensor(") and name.endswith(")") else name
+    return {"float": "float32", "double": "float64"}.get(name, name)
+
+
+def _tensor_problem(t: Mapping[str, Any], where: str, declared: tuple[str, list] | None) -> str | None:
+    """What the manifest says of a tensor against what the part file declares."""
+    if declared is None:
+        return None
+    dtype, dims = declared
+    if isinstance(t.get("dtype"), str) and dtype and _dtype(t["dtype"]) != dtype:
+        return f"{where} says dtype {t['dtype']}, the part file {dtype}"
+    shape = t.get("shape")
+    if isinstance(shape, list) and dims is not None:
+        if len(shape) != len(dims):
+            return f"{where}.shape {shape} has {len(shape)} dimensions, the part file {len(dims)}"
+        for k, (a, b) in enumerate(zip(shape, dims)):
+            if b is not None and b > 0 and a != b:
+                return f"{where}.shape {shape}: dimension {k} is {b} in the part file"
+    return None
+
+
+def parts_problem(folder: Path, m: Mapping[str, Any]) -> str | None:
+    """The first thing a manifest says that its part files contradict (names, element
+    types, fixed dimensions, byte counts), or a sample of the model's inputs that would
+    not fit the memory limit; None where all holds."""
+    from . import limits
+    from .shapes import bytes_text
+
+    declared_in: dict[str, tuple[str, list]] = {}
+    files = [(f"parts[{i}]", p) for i, p in enumerate(m["parts"])]
+    if m.get("run_as") == "session":
+        files = [("annotated model", {"file": ANNOTATED, "inputs": m["model"]["inputs"],
+                                      "outputs": m["model"]["outputs"]})]
+    for where, p in files:
+        path = folder / p["file"]
+        if not path.is_file():
+            return f"{where}.file '{p['file']}' is not in the folder"
+        got = _graph_io(path)
+        if isinstance(got, str):
+            return f"{where}.file '{p['file']}' {got}"
+        ins, outs = got
+        declared_in.update(ins)
+        for key, have in (("inputs", ins), ("outputs", outs)):
+            for k, t in enumerate(p.get(key) or []):
+                if t["name"] not in have:
+                    return f"{where}.{key}[{k}] '{t['name']}' is not an {key[:-1]} of {p['file']}"
+                if (why := _tensor_problem(t, f"{where}.{key}[{k}]", have[t["name"]])):
+                    return why
+    total = 0.0
+    for i, t in enumerate(m["model"]["inputs"]):
+        where = f"model.inputs[{i}]"
+        if (why := _tensor_problem(t, where, declared_in.get(t["name"]))):
+            return why
+        size = _ITEMSIZE.get(_dtype(t["dtype"]))
+        if size is None:
+            continue  # (a string or other input: its values are given, not made)
+        nbytes = float(math.prod(t["shape"])) * size
+        if isinstance(t.get("bytes"), int) and not isinstance(t["bytes"], bool) and t["bytes"] != nbytes:
+            return f"{where}.bytes is {t['bytes']}, but {t['dtype']} of shape {t['shape']} is {int(nbytes)}"
+        total += nbytes
+    if total > limits.limit_bytes():
+        return (f"model.inputs: one sample of shape "
+                f"{', '.join(str(t['shape']) for t in m['model']['inputs'])} takes {bytes_text(total)}, "
+                f"above the memory limit of {bytes_text(limits.limit_bytes())} (--memory-limit)")
+    return None
