@@ -26,13 +26,13 @@ def split(model, out, **options):
 
 def run(parts_dir, engine: str = "threads", **options):
     """Verify a parts folder against its original model and measure the pipeline (see
-    :func:`onnxsplit.runner.run_parts`; ``engine="ray"``: on Ray actors, ``address=`` a
+    :func:`onnxsplit.running.runner.run_parts`; ``engine="ray"``: on Ray actors, ``address=`` a
     cluster's); a failing part raises ``RunError``, never hangs."""
     if engine == "ray":
-        from .ray_engine import run_parts as on_ray
+        from .running.ray_engine import run_parts as on_ray
 
         return on_ray(parts_dir, **options)
-    from .runner import run_parts
+    from .running.runner import run_parts
 
     return run_parts(parts_dir, **options)
 
@@ -42,9 +42,9 @@ def load(parts_dir, engine: str = "threads", **options):
     ``engine="threads"`` (this process) or ``"ray"`` (one actor per part; ``address=``
     a running cluster's, and ``close()`` it when done)."""
     if engine == "ray":
-        from .ray_engine import RayParts
+        from .running.ray_engine import RayParts
 
         return RayParts(parts_dir, **options)
-    from .runner import Parts
+    from .running.runner import Parts
 
     return Parts(parts_dir, **options)

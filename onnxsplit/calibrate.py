@@ -68,7 +68,7 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
     of one copy; memory is estimated before any is loaded); else one at a time."""
     import time
 
-    from .runner import Parts, RunError, measure_rounds
+    from .running.runner import Parts, RunError, measure_rounds
 
     cores = cores or os.cpu_count() or 1
     if host_memory is None:
@@ -207,7 +207,7 @@ def runner_costs() -> dict[str, Any]:
 
     import numpy as np
 
-    from .runner import measure_pipeline, round_order, time_calls
+    from .running.runner import measure_pipeline, round_order, time_calls
 
     n = CHAIN_CALLS
     with tempfile.TemporaryDirectory(prefix="onnxsplit-calls-") as tmp:
@@ -274,7 +274,7 @@ def _chain_part(folder: Path, i: int, rows: int, tensors: int = 1) -> Path:
 
 def _chain(files: list[Path], devices: int, tensors: int = 1):
     """Parts as one pipeline, part i on device i mod ``devices``, one thread each."""
-    from .runner import Parts
+    from .running.runner import Parts
 
     specs = [{"name": f"call{i}", "file": str(f), "device": f"d{i % devices}",
               "execution_provider": CPU_EP, "threads": 1, "optimization": "all", "replicas": 1,
@@ -289,7 +289,7 @@ def _chain(files: list[Path], devices: int, tensors: int = 1):
 
 def _pooled(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     """Two measurements of one configuration as one: medians over all their rounds."""
-    from .runner import summarised
+    from .running.runner import summarised
 
     if "by_round" not in a or "by_round" not in b:
         return dict(a)

@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         limits.set_limit(getattr(args, "memory_limit", None))  # for this command only
         for spec in getattr(args, "ep_library", None) or []:
-            from . import plugins
+            from .providers import plugins
 
             plugins.add_libraries(spec)  # (child processes and Ray's actors load them too)
         return run(lambda: command(args))  # Ctrl-C ends it within 2 s (see interrupt.py)
@@ -433,7 +433,7 @@ def _print_split(result: dict, as_json: bool) -> int:
 
 
 def _tolerance_text(verify: dict) -> str:
-    from .verify import says
+    from .running.verify import says
 
     return says(verify)
 
@@ -444,9 +444,9 @@ def _run(args) -> int:
 
         raise OnnxsplitError("--address needs --engine ray")
     if args.engine == "ray":
-        from .ray_engine import run_parts
+        from .running.ray_engine import run_parts
     else:
-        from .runner import run_parts
+        from .running.runner import run_parts
 
     extra = {"address": args.address} if args.engine == "ray" else {}
     result = run_parts(args.parts, model=args.model, samples=args.samples, warmup=args.warmup,
@@ -775,7 +775,7 @@ def _workload(args) -> int:
 
 
 def _serve(args) -> int:
-    from .serve import serve_parts
+    from .running.serve import serve_parts
 
     return serve_parts(args.parts, port=args.port, host=args.host, name=args.name, address=args.address,
                        fallback_cpu=args.fallback_cpu, ready_file=args.ready_file)

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import calibrate as cal
 from .export import UNFUSED, UNFUSED_CONFIG, part_deps
-from .openvino import RUNTIME
+from .providers.openvino import RUNTIME
 from .plan import Plan
 from .profile.devices import CPU_EP
 from .solve import evaluate

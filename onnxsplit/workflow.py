@@ -25,7 +25,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from . import calibrate, machine, openvino
+from . import calibrate, machine
+from .providers import openvino
 from . import export as ex
 from .build import build_workload, choose_accelerators, pick_entries, providers_needed
 from .cluster import Cluster
@@ -36,7 +37,7 @@ from .plan import Plan, gap_of, read_json
 from .profile import ProfileFile, available_providers, ensure_profiled
 from .profile.devices import CPU_EP, describe, shares_cpu
 from .profile.measure import input_feeds
-from .runner import RunError, run_parts
+from .running.runner import RunError, run_parts
 from .shapes import bytes_text
 from .solve import evaluate, isolated, methods
 from .solve.throughput import dp
@@ -438,7 +439,7 @@ def _calibrated_baselines(prep: Prepared) -> dict[str, dict[str, float]]:
     copy per core, as the calibration measured them, under the names ``run`` measures
     them by: ``run`` then shows how far the machine itself moved between the
     prediction and the measurement."""
-    from .runner import copies_name, default_session_name
+    from .running.runner import copies_name, default_session_name
 
     keys = ("latency_ms", "throughput_per_s")
     eps = {"cpu": CPU_EP, "acc": getattr(prep.accelerator, "execution_provider", None)}

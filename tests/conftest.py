@@ -60,6 +60,7 @@ SLOW = frozenset({
     "test_stream_keeps_order_and_matches_the_original",
     "test_parts_pinned_to_machines_run_on_their_nodes",
     "test_interrupting_the_ray_engine_leaves_no_ray_behind",
+    "test_a_part_on_openvino_runs_on_a_ray_actor",
     "test_serve_answers_concurrent_clients_and_stops_cleanly",
     # test_deadlines.py: waits for time limits, Ctrl-C in subprocesses (1 - 9 s a case)
     "test_a_solve_returns_by_its_time_limit_with_a_valid_plan",

@@ -21,13 +21,13 @@ from onnx.external_data_helper import set_external_data
 
 from onnx_models import (TINY_BERT, TINY_BERT_SHAPES, control_flow, make, mlp, save,
                          shared_weight, vi, weight)
-from onnxsplit import openvino
+from onnxsplit.providers import openvino
 from onnxsplit.errors import OnnxsplitError, SplitError
 from onnxsplit.export import ANNOTATED, INLINE_BYTES, MANIFEST, WEIGHTS, export, make_parts
 from onnxsplit.graph import OpGraph
-from onnxsplit.runner import (ROUNDS, Parts, RunError, compare_outputs, random_feeds, read_manifest,
+from onnxsplit.running.runner import (ROUNDS, Parts, RunError, compare_outputs, random_feeds, read_manifest,
                               run_parts, single_device_ep)
-from onnxsplit.verify import tolerance as verify_tolerance
+from onnxsplit.running.verify import tolerance as verify_tolerance
 
 CPU = "CPUExecutionProvider"
 ATOL = 1e-5
@@ -937,7 +937,7 @@ def test_run_weighs_the_default_session_against_its_calibrated_figures(late_part
     reports the measured session over them (the machine's drift since the prediction),
     only for the sessions it measured, and the predicted ratio to it against the
     measured one (the prediction with the drift cancelled)."""
-    from onnxsplit import runner
+    from onnxsplit.running import runner
     from onnxsplit.cli import DRIFT_NOTED, main
 
     _, _, e = late_parts
@@ -1087,7 +1087,7 @@ def test_steady_rate_counts_whole_turns_of_the_workers(n, workers):
     50 ms.  Whatever the number of finishes timed, the rate is ``workers`` per 50 ms;
     a window from the first to the last finish would count a burst's head without its
     tail (off by up to a turn)."""
-    from onnxsplit.runner import steady_rate
+    from onnxsplit.running.runner import steady_rate
 
     period = 0.05
     times = np.array([i // workers * period + (i % workers) * 0.001 for i in range(n)]) + 7.0

@@ -18,7 +18,7 @@ from onnxsplit import machine
 from onnxsplit.export import SESSION_FILE, export
 from onnxsplit.graph import OpGraph
 from onnxsplit.plan import Plan
-from onnxsplit.runner import Parts, RunError, run_parts
+from onnxsplit.running.runner import Parts, RunError, run_parts
 from onnxsplit.workload import Workload
 
 CPU = "CPUExecutionProvider"
@@ -262,7 +262,7 @@ def test_a_session_plan_for_a_gpu_elsewhere_is_checked_on_the_cpu(tmp_path):
 
 
 def test_a_nan_the_original_lacks_fails_the_check():
-    from onnxsplit.runner import compare_outputs
+    from onnxsplit.running.runner import compare_outputs
 
     want = {"y": np.array([1.0, 2.0, np.nan], np.float32)}
     assert compare_outputs({"y": np.array([1.0, 2.0, np.nan], np.float32)}, want)["max_abs_error"] == 0
@@ -397,7 +397,7 @@ def test_ratios_pair_the_rounds_they_were_measured_in():
     """A slow round slows both sides of its ratio: the ratio is the median of the rounds'
     ratios (2, 0.5, 2 -> 2), not the ratio of the medians (20 / 15); without rounds it is
     the ratio of the figures."""
-    from onnxsplit.runner import paired_ratios
+    from onnxsplit.running.runner import paired_ratios
 
     def rounds(thr):
         return {"throughput_per_s": float(np.median(thr)), "latency_ms": float(np.median([1e3 / t for t in thr])),
@@ -421,7 +421,7 @@ class FakeParts:
         self.name, self.spins, self.fails = name, spins, fails
 
     def run(self, feeds):
-        from onnxsplit.runner import RunError
+        from onnxsplit.running.runner import RunError
 
         if self.fails:
             raise RunError("no such provider")
@@ -434,7 +434,7 @@ def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
     of all its measurements and each ratio pairs the two sides of one group.  The machine
     here slows down group by group (a shared machine's slow seconds): the pairs' ratios
     are then exact, where rounds in turn would pair measurements from different speeds."""
-    from onnxsplit import runner
+    from onnxsplit.running import runner
 
     rate = {"plan": 100.0, "a": 50.0, "b": 80.0, "c": 200.0}
     seq: list[str] = []
@@ -475,7 +475,7 @@ def test_each_measurement_waits_for_the_one_before_to_settle(monkeypatch):
     """A session's spinning threads must not be timed as the next session's slowness:
     after sessions that spin (as FakeParts do unless told), every measurement starts
     SETTLE_S after the previous one ended."""
-    from onnxsplit import runner
+    from onnxsplit.running import runner
 
     events: list = []
 
@@ -496,7 +496,7 @@ def test_only_a_session_whose_threads_spin_makes_the_next_one_wait(monkeypatch, 
     """Single-thread sessions, and threads told not to spin, leave the cores free at once:
     the pause follows only a session that spins (and opens the measuring, after whatever
     ran before)."""
-    from onnxsplit import runner
+    from onnxsplit.running import runner
 
     model = mlp(tmp_path / "m.onnx", layers=2, batch=2, width=8)
     quiet = {"session.intra_op.allow_spinning": "0"}
@@ -521,7 +521,7 @@ def test_only_a_session_whose_threads_spin_makes_the_next_one_wait(monkeypatch, 
 
 def test_the_plan_is_measured_though_every_baseline_failed(monkeypatch):
     """A baseline that cannot run leaves the plan to be measured alone, every round."""
-    from onnxsplit import runner
+    from onnxsplit.running import runner
 
     monkeypatch.setattr(runner, "measure_pipeline",
                         lambda parts, feeds, samples, warmup: {"latency_ms": 2.0, "throughput_per_s": 500.0})
@@ -533,7 +533,7 @@ def test_the_plan_is_measured_though_every_baseline_failed(monkeypatch):
 
 @pytest.mark.parametrize("n", [2, 3, 4, 6])
 def test_rounds_vary_who_runs_after_whom(n):
-    from onnxsplit.runner import ROUNDS, round_order
+    from onnxsplit.running.runner import ROUNDS, round_order
 
     names = [f"s{i}" for i in range(n)]
     orders = [round_order(names, r) for r in range(max(ROUNDS, n))]
@@ -709,7 +709,7 @@ def test_a_split_whose_timed_parts_lose_to_the_model_kept_whole_is_not_written(
     """The split is written, verified and timed part by part before it takes the output's
     place; where its parts promise less than the whole rival it was chosen over, the
     whole model is written instead, else the split, predicted from its parts' times."""
-    from onnxsplit import runner
+    from onnxsplit.running import runner
     from onnxsplit.workflow import prepare, write_parts
 
     monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
@@ -749,7 +749,7 @@ def test_the_runner_costs_are_what_its_chains_take_beyond_their_parts_own_times(
     """The chains run (each part multiplies by the identity: the output is the input),
     part i on device i mod d; each figure is the runner's measurement less the parts' own
     times, over the calls that made it."""
-    from onnxsplit import runner
+    from onnxsplit.running import runner
 
     seen = {}
     real = runner.measure_pipeline
@@ -790,7 +790,7 @@ def test_a_calibration_whose_rounds_spread_wide_is_measured_again(tmp_path, monk
     """The first measurement's rounds 60% apart (a machine still waking up): measured
     again, and the narrower one kept, with how wide it was and how many tries it took;
     a narrow first one is kept at once."""
-    from onnxsplit import runner
+    from onnxsplit.running import runner
 
     model = mlp(tmp_path / "m.onnx", layers=1, batch=2, width=8)
     feeds = {"x": np.ones((2, 8), np.float32)}

@@ -242,8 +242,8 @@ def test_auto_plan_is_never_worse_than_any_class_alone(seed, objective):
 
 
 def test_a_plan_naming_more_devices_than_the_machine_has_is_refused_before_it_runs(monkeypatch):
-    from onnxsplit import runner
-    from onnxsplit.runner import RunError
+    from onnxsplit.running import runner
+    from onnxsplit.running.runner import RunError
     from onnxsplit.profile import devices
 
     monkeypatch.setattr(devices, "available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])

@@ -20,7 +20,7 @@ from test_export import switch_pieces  # a piece at every device switch: always 
 from onnxsplit.cli import main
 from onnxsplit.export import MANIFEST, export
 from onnxsplit.graph import OpGraph
-from onnxsplit.runner import Parts
+from onnxsplit.running.runner import Parts
 
 CPU = "CPUExecutionProvider"
 SHAPE = [2, 4]

@@ -1,5 +1,5 @@
-"""Providers beyond onnxruntime's built-in EPs: plugin EP libraries (onnxsplit/plugins.py)
-and OpenVINO's own runtime (onnxsplit/openvino.py), which run parts on the CPU's cores.
+"""Providers beyond onnxruntime's built-in EPs: plugin EP libraries (onnxsplit/providers/plugins.py)
+and OpenVINO's own runtime (onnxsplit/providers/openvino.py), which run parts on the CPU's cores.
 
 Tests that need OpenVINO skip where it is not installed (``make test`` installs the
 ``openvino`` extra); the plugin EP's device tests skip where it offers no device (it
@@ -19,11 +19,12 @@ from onnx import helper
 from onnx_models import make, mlp, save, vi
 from test_machine import record
 from workloads import diamond
-from onnxsplit import machine, openvino, plugins
+from onnxsplit import machine
+from onnxsplit.providers import openvino, plugins
 from onnxsplit.cli import main
 from onnxsplit.errors import OnnxsplitError
 from onnxsplit.profile.devices import CPU_EP, available_providers, provider_lines, shares_cpu
-from onnxsplit.runner import Parts, baselines, measure_pipeline
+from onnxsplit.running.runner import Parts, baselines, measure_pipeline
 from onnxsplit.workload import Workload
 
 needs_openvino = pytest.mark.skipif(not openvino.available(), reason="OpenVINO's runtime is not installed")

@@ -18,13 +18,14 @@ import pytest
 
 from onnx_models import mlp
 from ray_processes import gone, ray_processes, sigint_as_in_a_terminal
+from onnxsplit.providers import openvino
 from onnxsplit.cli import main
 from onnxsplit.export import MANIFEST, export
 from onnxsplit.graph import OpGraph
-from onnxsplit.runner import RunError, random_feeds
+from onnxsplit.running.runner import RunError, random_feeds
 
 ray = pytest.importorskip("ray")
-from onnxsplit.ray_engine import RayParts  # noqa: E402
+from onnxsplit.running.ray_engine import RayParts  # noqa: E402
 
 CPU = "CPUExecutionProvider"
 
@@ -107,6 +108,22 @@ def test_parts_pinned_to_machines_run_on_their_nodes(tmp_path, no_ray_left):
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.mark.skipif(not openvino.available(), reason="OpenVINO's runtime is not installed")
+def test_a_part_on_openvino_runs_on_a_ray_actor(tmp_path, no_ray_left):
+    """Parts on the CPU EP and on OpenVINO's runtime (a provider on the same cores): each
+    actor opens its part on the provider the manifest names."""
+    model = mlp(tmp_path / "m.onnx", layers=4, batch=4, width=64)
+    g = OpGraph.from_onnx(model)
+    names = [n.name for n in g.nodes]
+    device_of = {n: "cpu0" if i < len(names) // 2 else "openvino0" for i, n in enumerate(names)}
+    parts = export(g, device_of, tmp_path / "parts", providers={"cpu0": CPU, "openvino0": openvino.RUNTIME},
+                   threads={"cpu0": 1, "openvino0": 1}, plan={"objective": "throughput"}).out
+    with RayParts(parts) as rp:
+        assert [w["provider"] for w in rp.placed] == [CPU, openvino.RUNTIME]
+        feeds = random_feeds(rp.inputs, seed=2)
+        np.testing.assert_allclose(rp.run(feeds)[rp.output_names[0]], original(model, feeds)[0], atol=1e-4)
 
 
 def test_interrupting_the_ray_engine_leaves_no_ray_behind(tmp_path):

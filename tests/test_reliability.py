@@ -11,8 +11,8 @@ from onnx_models import mlp
 from onnxsplit.cli import main
 from onnxsplit.export import MANIFEST, export
 from onnxsplit.graph import OpGraph
-from onnxsplit.runner import compare_outputs
-from onnxsplit.verify import tolerance as verify_tolerance
+from onnxsplit.running.runner import compare_outputs
+from onnxsplit.running.verify import tolerance as verify_tolerance
 
 CPU = "CPUExecutionProvider"
 
@@ -170,7 +170,7 @@ def test_the_reference_spread_is_the_models_own(tmp_path):
     """The original run as the reference and in onnxruntime's default session: an MLP's
     float outputs move a little (another summation order) or not at all, never by more
     than float32 rounding of their size."""
-    from onnxsplit.verify import reference
+    from onnxsplit.running.verify import reference
 
     model = mlp(tmp_path / "m.onnx", layers=3, batch=8, width=256)
     feeds = {"x": np.random.default_rng(0).random((8, 256), dtype=np.float32)}
@@ -304,7 +304,7 @@ def test_two_exports_to_one_out_at_once_leave_one_whole_output(tmp_path, force):
     import threading
 
     from onnxsplit.errors import OnnxsplitError
-    from onnxsplit.runner import run_parts
+    from onnxsplit.running.runner import run_parts
 
     model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
     g = OpGraph.from_onnx(model)

@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 
 from ray_processes import gone, sigint_as_in_a_terminal
-from onnxsplit.kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata
+from onnxsplit.running.kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata
 
 httpclient = pytest.importorskip("tritonclient.http")
 from tritonclient.http import InferInput, InferRequestedOutput, InferResult  # noqa: E402

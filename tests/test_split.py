@@ -13,7 +13,7 @@ from onnx import helper
 from onnx_models import TINY_BERT, control_flow, make, mlp, save, vi
 from onnxsplit import calibrate as cal
 from onnxsplit.cli import main
-from onnxsplit.runner import Parts, random_feeds
+from onnxsplit.running.runner import Parts, random_feeds
 from onnxsplit.workflow import (CALL_GIL_MS, COPIES_OVER_DEFAULT, MIN_CONFIG_GAIN, MIN_SPLIT_GAIN,
                                 STAGE_OVERHEAD_MS)
 

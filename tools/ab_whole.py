@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from onnxsplit.profile.devices import CPU_EP  # noqa: E402
-from onnxsplit.runner import Parts, random_feeds  # noqa: E402
+from onnxsplit.running.runner import Parts, random_feeds  # noqa: E402
 
 
 def timed(parts: Parts, feeds, n: int) -> tuple[float, float]:

@@ -24,7 +24,7 @@ from onnxsplit.api import parse_input_shapes  # noqa: E402
 from onnxsplit.graph import OpGraph  # noqa: E402
 from onnxsplit.profile.devices import CPU_EP  # noqa: E402
 from onnxsplit.profile.measure import input_feeds  # noqa: E402
-from onnxsplit.runner import Parts, measure_rounds, paired_ratios  # noqa: E402
+from onnxsplit.running.runner import Parts, measure_rounds, paired_ratios  # noqa: E402
 
 
 def main(argv=None) -> int:

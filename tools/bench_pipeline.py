@@ -155,7 +155,7 @@ class Case:
 
     def __init__(self, path: Path, shapes: dict, stages: int, work: Path, optimize: bool,
                  threads: int):
-        from onnxsplit.runner import Parts, random_feeds, session_options
+        from onnxsplit.running.runner import Parts, random_feeds, session_options
         from onnxsplit.workflow import split
 
         import onnxruntime as ort
@@ -176,7 +176,7 @@ class Case:
         self.runs: list[dict] = []
 
     def measure(self, samples: int, warmup: int, order: list[str], quiet_wait: float) -> dict:
-        from onnxsplit.runner import measure_pipeline, measure_single
+        from onnxsplit.running.runner import measure_pipeline, measure_single
 
         run = {}
         for what in order:

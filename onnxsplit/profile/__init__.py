@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from .. import openvino
+from ..providers import openvino
 from ..errors import ProfileError
 from .devices import CPU_EP, available_providers, describe, device_key, preferred_providers
 from .store import Entry, ModelProfile, NodeTiming, ProfileFile, model_hash, profile_key
@@ -253,7 +253,7 @@ def _measure_openvino(path: Path, graph, key: str, bound, feeds, repeats: int, w
     fused layer's time spread over its ONNX nodes by their FLOPs).  Where OpenVINO
     refuses the model, the entry says so in one line (``settings.refused``) and marks every
     node unsupported: the plan goes on without it, and the refusal is not measured again."""
-    from ..profile import costmodel
+    from . import costmodel
 
     start = time.perf_counter()
     works = costmodel.works(graph)

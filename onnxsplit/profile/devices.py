@@ -56,11 +56,11 @@ EP_PREFERENCE = ("CUDAExecutionProvider", "ROCMExecutionProvider", "DmlExecution
 
 def available_providers() -> list[str]:
     """Providers that run operators on this machine, CPU last: the EPs of this onnxruntime
-    build, the plugin EPs that offer a device here (``onnxsplit.plugins``), and OpenVINO's
-    own runtime where it is installed (``onnxsplit.openvino``)."""
+    build, the plugin EPs that offer a device here (``onnxsplit.providers.plugins``), and OpenVINO's
+    own runtime where it is installed (``onnxsplit.providers.openvino``)."""
     import onnxruntime as ort
 
-    from .. import openvino, plugins
+    from ..providers import openvino, plugins
 
     eps = [ep for ep in ort.get_available_providers() if ep not in NOT_DEVICES]
     eps += [ep for ep in plugins.providers() if ep not in eps]
@@ -73,7 +73,7 @@ def shares_cpu(ep: str) -> bool:
     """Whether ``ep`` runs on the host's cores, as the CPU EP does: OpenVINO's runtime, and
     a plugin EP whose device here is the CPU.  A plan counts those cores once, whichever
     provider runs a part on them."""
-    from .. import openvino, plugins
+    from ..providers import openvino, plugins
 
     return ep in (CPU_EP, openvino.RUNTIME) or ep in plugins.cpu_providers()
 
@@ -184,7 +184,7 @@ def host_memory_bytes() -> int:
 def provider_lines() -> list[str]:
     """One line per provider beyond onnxruntime's own that a user could run parts on: what
     it offers here, or why nothing (``onnxsplit devices``)."""
-    from .. import openvino, plugins
+    from ..providers import openvino, plugins
 
     out = []
     if openvino.available():

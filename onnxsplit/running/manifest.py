@@ -16,8 +16,8 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import RunError
-from .export import ANNOTATED, FORMAT, MANIFEST
+from ..errors import RunError
+from ..export import ANNOTATED, FORMAT, MANIFEST
 
 # element type name -> bytes per element (the dtypes a manifest spells as onnx does)
 _ITEMSIZE = {"float": 4, "float32": 4, "double": 8, "float64": 8, "float16": 2, "bfloat16": 2,
@@ -148,8 +148,8 @@ def parts_problem(folder: Path, m: Mapping[str, Any]) -> str | None:
     """The first thing a manifest says that its part files contradict (names, element
     types, fixed dimensions, byte counts), or a sample of the model's inputs that would
     not fit the memory limit; None where all holds."""
-    from . import limits
-    from .shapes import bytes_text
+    from .. import limits
+    from ..shapes import bytes_text
 
     declared_in: dict[str, tuple[str, list]] = {}
     files = [(f"parts[{i}]", p) for i, p in enumerate(m["parts"])]

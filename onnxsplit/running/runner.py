@@ -19,7 +19,7 @@ the assignment is checked against the plan.  Samples run two ways:
 :func:`run_parts` does what ``onnxsplit run`` prints: the outputs of one sample against
 the original model on the same inputs (``verify``: within tolerances that scale with each
 output and with how far the original's own outputs move between onnxruntime's
-configurations, :mod:`onnxsplit.verify`), single-stream latency and pipelined throughput
+configurations, :mod:`onnxsplit.running.verify`), single-stream latency and pipelined throughput
 (``measured``), the plan's prediction, and in the same run what a user would run instead
 (``baselines``, :func:`baselines`) with the ratios.
 """
@@ -35,13 +35,13 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from . import openvino
+from ..providers import openvino
 from . import verify as verify_outputs
-from .errors import OnnxsplitError, RunError
+from ..errors import OnnxsplitError, RunError
 from .manifest import read_manifest
-from .export import level_fields, part_deps
-from .profile.devices import CPU_EP, shares_cpu
-from .profile.measure import session_options
+from ..export import level_fields, part_deps
+from ..profile.devices import CPU_EP, shares_cpu
+from ..profile.measure import session_options
 
 POLL_S = 0.05  # how often a waiting thread looks for a stop
 # A session plan is refused when onnxruntime moves more than this share of the annotated
@@ -51,7 +51,7 @@ MOVED_SHARE = 0.1
 
 
 def _providers(ep: str, fallback_cpu: bool = False) -> list[str]:
-    from .profile.devices import available_providers
+    from ..profile.devices import available_providers
 
     present = available_providers()
     if ep not in present and fallback_cpu:
@@ -66,7 +66,7 @@ def _absent_devices(parts, fallback_cpu: bool) -> set[str]:
     """Refuse, before any session is made, a plan whose parts address more devices of an
     execution provider than this machine has (a plan for two GPUs on a one-GPU machine);
     with ``fallback_cpu``, the names of the parts to run on the CPU instead."""
-    from .profile.devices import available_providers, device_count
+    from ..profile.devices import available_providers, device_count
 
     present = available_providers()
     absent = set()
@@ -97,7 +97,7 @@ def random_feeds(specs: Iterable[Mapping[str, Any]], seed: int = 0) -> dict[str,
     """Inputs for a check run: floats uniform in [0, 1); integers and booleans ones (an index
     and a mask every model accepts), as the profiler feeds them; an input's ``fill`` (the
     --input-value it was split with) where the manifest has one."""
-    from . import shapes
+    from .. import shapes
 
     rng = np.random.default_rng(seed)
     out = {}
@@ -163,7 +163,7 @@ class Parts:
         return self
 
     def _load(self, specs, optimize: bool, cpu_threads: int | None, fallback_cpu: bool) -> None:
-        from .sessions import SessionError, open_sessions
+        from ..providers.sessions import SessionError, open_sessions
 
         self.parts = list(specs)
         self.devices = list(dict.fromkeys(p["device"] for p in self.parts))
@@ -276,7 +276,7 @@ class Parts:
 def session_spec(parts_dir: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The annotated model as one part: one onnxruntime session runs the plan, each node
     on the device its ``layer_ann`` names (``session.json``)."""
-    from .export import SESSION_FILE
+    from ..export import SESSION_FILE
 
     try:
         spec = json.loads((parts_dir / SESSION_FILE).read_text())
@@ -594,7 +594,7 @@ def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = No
     memory statistics it collects first."""
     import os
 
-    from .profile.devices import cpu_providers
+    from ..profile.devices import cpu_providers
 
     cores = os.cpu_count() or 1
     runs: dict[str, tuple[str, dict[str, Any]]] = {
@@ -791,7 +791,7 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
               time_parts: bool = False) -> dict[str, Any]:
     """Verify a parts folder against its original model and (``measure``) time it, and
     (``compare``) onnxruntime's own sessions on the same inputs.  ``loaded``: the folder
-    already loaded by another engine (``onnxsplit.ray_engine.RayParts``), measured
+    already loaded by another engine (``onnxsplit.running.ray_engine.RayParts``), measured
     beside the threaded runner's own pipeline (``onnxsplit_threads``).  ``time_parts``:
     also each part's own time (:func:`time_calls`, ``part_ms``) where every part runs
     on its own execution provider."""

@@ -6,9 +6,9 @@ Three kinds of provider run parts:
 * onnxruntime's own execution providers, named in ``providers`` (the CPU EP after the
   first, for what the first does not take; ``device_id`` addresses one of several
   devices);
-* plugin execution providers (``onnxsplit.plugins``: OpenVINO's EP and others loaded from
+* plugin execution providers (``onnxsplit.providers.plugins``: OpenVINO's EP and others loaded from
   a library of their own), which a session takes as an EP device rather than by name;
-* OpenVINO's own runtime (``onnxsplit.openvino``), for a part whose manifest names it.
+* OpenVINO's own runtime (``onnxsplit.providers.openvino``), for a part whose manifest names it.
 
 Every session has onnxruntime's ``run(outputs, feeds)``, ``get_inputs()``,
 ``get_outputs()`` and ``get_providers()``.
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from . import openvino, plugins
-from .errors import OnnxsplitError
-from .profile.devices import CPU_EP
+from ..errors import OnnxsplitError
+from ..profile.devices import CPU_EP
 
 
 class SessionError(OnnxsplitError):
@@ -47,7 +47,7 @@ def open_sessions(path: str | Path, eps: list[str], *, threads: int | None, opti
             raise SessionError(f"OpenVINO refused it: {e}") from None
     import onnxruntime as ort
 
-    from .profile.measure import session_options
+    from ..profile.measure import session_options
 
     so = session_options(threads, optimize=optimize)
     for k, v in (config or {}).items():

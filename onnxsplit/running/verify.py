@@ -134,9 +134,9 @@ def reference(model_path: str | Path, feeds: Mapping[str, Any]) -> tuple[dict[st
     optimisations off), and how far its outputs move in onnxruntime's default session (all
     optimisations, every core) -- run one after the other, one session held at a time.
     RunError where the model cannot be loaded or fails on the inputs."""
-    from .errors import RunError
-    from .profile.devices import CPU_EP
-    from .sessions import SessionError, open_sessions
+    from ..errors import RunError
+    from ..profile.devices import CPU_EP
+    from ..providers.sessions import SessionError, open_sessions
 
     outs = []
     for threads, optimize in ((1, False), (0, True)):

@@ -8,7 +8,7 @@ finds the libraries (the pip packages in KNOWN, and ``--ep-library NAME=PATH``, 
 CLI passes on through ENV so that child processes and Ray actors load the same ones),
 registers each once per process, and says what each offers here: its devices, or in one
 line why none (the OpenVINO plugin takes Intel hardware only; on another vendor's CPU it
-offers nothing, while OpenVINO's own runtime still runs there: ``onnxsplit.openvino``).
+offers nothing, while OpenVINO's own runtime still runs there: ``onnxsplit.providers.openvino``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import OnnxsplitError
+from ..errors import OnnxsplitError
 
 # EP name -> the pip package whose get_library_path() names its library
 KNOWN = {"OpenVINOExecutionProvider": "onnxruntime_ep_openvino"}

@@ -1,8 +1,8 @@
 """``onnxsplit serve PARTS``: the parts as a Ray Serve application behind an HTTP endpoint
-that speaks the Open Inference Protocol (:mod:`onnxsplit.kserve`), so standard clients
+that speaks the Open Inference Protocol (:mod:`onnxsplit.running.kserve`), so standard clients
 such as ``tritonclient.http`` work unchanged.
 
-One deployment per part (resources as :func:`onnxsplit.ray_engine.actor_plans` gives
+One deployment per part (resources as :func:`onnxsplit.running.ray_engine.actor_plans` gives
 them) and a gateway that answers the protocol's routes and composes the parts through
 their handles.  The gateway holds ``max_ongoing`` requests and queues ``max_queued``;
 beyond that Serve answers 503 (back-pressure).  A bad request gets a 400 with one line, a
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import interrupt
+from .. import interrupt
 from .kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata, request_id
 from .ray_engine import PartActor, actor_plans, ray_module, ship_parts, start, stop
 from .runner import RunError, read_manifest, session_spec
@@ -110,11 +110,13 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
     final = sorted({producer[o["name"]] for o in manifest["model"]["outputs"] if o["name"] in producer})
     shipped = ship_parts(folder, specs) if ship else {}
     bound = []
-    for p, (providers, threads, opts, _) in zip(specs, actor_plans(specs, ray.cluster_resources(), 1, fallback_cpu)):
+    for p, (providers, threads, opts, _, device_id) in zip(
+            specs, actor_plans(specs, ray.cluster_resources(), 1, fallback_cpu)):
         level = p.get("optimization")
         part = serve.deployment(PartActor, name=p["name"], num_replicas=max(1, int(p.get("replicas") or 1)),
                                 ray_actor_options=opts, max_ongoing_requests=2)
-        bound.append(part.bind(p, str(folder), shipped.get(p["file"]), providers, threads, level == "all"))
+        bound.append(part.bind(p, str(folder), shipped.get(p["file"]), providers, threads, level == "all",
+                               device_id))
     gateway = serve.deployment(Gateway, name="gateway", max_ongoing_requests=max_ongoing,
                                max_queued_requests=max_queued, ray_actor_options={"num_cpus": 0})
     return gateway.bind(name, manifest, deps, final, *bound), name

@@ -1,6 +1,6 @@
 """Run a parts folder on Ray: one actor per part (per copy) holding its onnxruntime session.
 
-:class:`RayParts` has the interface of :class:`onnxsplit.runner.Parts`, so ``onnxsplit run
+:class:`RayParts` has the interface of :class:`onnxsplit.running.runner.Parts`, so ``onnxsplit run
 --engine ray`` verifies and measures it as the threaded runner does.  Each actor asks for
 its device's resources (:func:`actor_plans`: CPUs, one GPU, the custom resource of the
 machine the plan put it on).  A part's call takes its producers' output refs, so tensors
@@ -19,8 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from . import interrupt, openvino
-from .profile.devices import CPU_EP, shares_cpu
+from .. import interrupt
+from ..providers import openvino
+from ..profile.devices import CPU_EP, shares_cpu
 from .runner import RunError, read_manifest, session_spec
 
 GPU_EPS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider")
@@ -77,7 +78,7 @@ class PartActor:
 
     def __init__(self, spec: Mapping[str, Any], folder: str, shipped, providers: list, threads: int | None,
                  optimize: bool, device_id: int | None = None):
-        from .sessions import SessionError, open_sessions
+        from ..providers.sessions import SessionError, open_sessions
 
         self.spec = dict(spec)
         self.made = None  # the folder this actor made for shipped files (removed by cleanup)
@@ -324,7 +325,7 @@ def _cpu_shares(specs, have: Mapping[str, float], cpu_threads: int | None) -> li
 
 def run_parts(parts_dir: str | Path, *, address: str | None = None, fallback_cpu: bool = False,
               optimize: bool = False, **options) -> dict[str, Any]:
-    """``onnxsplit run --engine ray``: :func:`onnxsplit.runner.run_parts` on the actors,
+    """``onnxsplit run --engine ray``: :func:`onnxsplit.running.runner.run_parts` on the actors,
     beside the threaded runner; where the actors ran, in ``placed``."""
     from .runner import run_parts as run_loaded
 

@@ -1,6 +1,6 @@
 """The Open Inference Protocol (KServe v2, as Triton speaks it) over HTTP: requests to
 feeds, outputs to responses.  Pure functions of bytes and arrays, so the server
-(:mod:`onnxsplit.serve`) stays a thin layer and the protocol is tested without it.
+(:mod:`onnxsplit.running.serve`) stays a thin layer and the protocol is tested without it.
 
 Tensors travel as JSON (``"data"``: the values, row-major) or, with Triton's binary
 tensor extension (what ``tritonclient.http`` sends by default), as raw little-endian
