@@ -66,9 +66,7 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
     loaded first and measured in rounds, in turn (``runner.measure_rounds``), where all
     copies fit MEMORY_SHARE of the host's memory (``model_bytes``: weights and activations
     of one copy; memory is estimated before any is loaded); else one at a time."""
-    import time
-
-    from .running.runner import Parts, RunError, measure_rounds
+    from .running.runner import Parts, RunError
 
     cores = cores or os.cpu_count() or 1
     if host_memory is None:
@@ -94,41 +92,12 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
         except RunError as e:
             return {"error": str(e)}
 
-    def measure(named: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """Measure what loaded, after WARM_S of runs of each (caches, thread pools and the
-        clock of a machine that was idle come up to speed, as they have by the time `run`
-        measures); the first runs say how many samples fill TARGET_S.  Where the rounds
-        of a configuration spread wider than SPREAD_AGAIN, all are measured again (at most
-        AGAIN times) and the measurement whose widest spread is least is kept."""
-        loaded = {k: v for k, v in named.items() if isinstance(v, Parts)}
-        out = {k: v for k, v in named.items() if not isinstance(v, Parts)}
-        if loaded:
-            t = time.perf_counter()
-            for p in loaded.values():
-                p.run(feeds)
-            once = max((time.perf_counter() - t) / len(loaded), 1e-6)
-            for p in loaded.values():
-                for _ in range(int(min(MAX_SAMPLES, WARM_S / len(loaded) / once))):
-                    p.run(feeds)
-            samples = int(min(MAX_SAMPLES, max(MIN_SAMPLES, TARGET_S / once)))
-            tries = []
-            for _ in range(1 + AGAIN):
-                got = measure_rounds(loaded, feeds, samples, warmup=1, rounds=ROUNDS,
-                                     min_round_s=ROUND_S)
-                tries.append((widest_spread(got), got))
-                if tries[-1][0] <= SPREAD_AGAIN:
-                    break
-            spread, best = min(tries, key=lambda x: x[0])
-            for k, v in best.items():
-                out[k] = dict(v, spread=round(spread_of(v), 4), tries=len(tries)) if "error" not in v else v
-        return out
-
     results: dict[str, dict[str, Any]] = {}
     if sum(copies_of.values()) * model_bytes <= budget:
-        results = measure({k: load(how) for k, how in configs.items()})
+        results = measure_loaded({k: load(how) for k, how in configs.items()}, feeds)
     else:
         for k, how in configs.items():
-            results.update(measure({k: load(how)}))
+            results.update(measure_loaded({k: load(how)}, feeds))
     record: dict[str, Any] = {"default": _rounded(results["default"])}
     if not on_cores:
         return record
@@ -159,18 +128,111 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
         fit = (1 + sum(how["replicas"] for how in copies_runs.values())) * model_bytes <= budget
         got: dict[str, dict[str, Any]] = {}
         if fit:
-            got = measure({"default": load(configs["default"]),
-                           **{t: load(how) for t, how in copies_runs.items()}})
+            got = measure_loaded({"default": load(configs["default"]),
+                                  **{t: load(how) for t, how in copies_runs.items()}}, feeds)
             record["default"] = _rounded(_pooled(first, got.get("default", {})))
         else:
             for t, how in copies_runs.items():
-                got.update(measure({t: load(how)}))
+                got.update(measure_loaded({t: load(how)}, feeds))
         for t, how in copies_runs.items():
             record["replicas"][t] = dict(_rounded(got[t]), copies=how["replicas"],
                                          optimization=how["optimization"])
     if ep == CPU_EP:  # (the runner's own costs: one record holds them)
         record["runner"] = runner_costs()
     return record
+
+
+def measure_loaded(named: Mapping[str, Any], feeds: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Measure what loaded (name -> Parts, or {"error": ...} where it did not), after
+    WARM_S of runs of each (caches, thread pools and the clock of a machine that was idle
+    come up to speed, as they have by the time `run` measures); the first runs say how
+    many samples fill TARGET_S.  Where the rounds
+    of a configuration spread wider than SPREAD_AGAIN, all are measured again (at most
+    AGAIN times) and the measurement whose widest spread is least is kept."""
+    from .running.runner import Parts, measure_rounds
+
+    loaded = {k: v for k, v in named.items() if isinstance(v, Parts)}
+    out = {k: v for k, v in named.items() if not isinstance(v, Parts)}
+    if loaded:
+        import time
+
+        t = time.perf_counter()
+        for p in loaded.values():
+            p.run(feeds)
+        once = max((time.perf_counter() - t) / len(loaded), 1e-6)
+        for p in loaded.values():
+            for _ in range(int(min(MAX_SAMPLES, WARM_S / len(loaded) / once))):
+                p.run(feeds)
+        samples = int(min(MAX_SAMPLES, max(MIN_SAMPLES, TARGET_S / once)))
+        tries = []
+        for _ in range(1 + AGAIN):
+            got = measure_rounds(loaded, feeds, samples, warmup=1, rounds=ROUNDS,
+                                 min_round_s=ROUND_S)
+            tries.append((widest_spread(got), got))
+            if tries[-1][0] <= SPREAD_AGAIN:
+                break
+        spread, best = min(tries, key=lambda x: x[0])
+        for k, v in best.items():
+            out[k] = dict(v, spread=round(spread_of(v), 4), tries=len(tries)) if "error" not in v else v
+    return out
+
+
+def finalists(records: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """What a choice between providers turns on, ``provider:default`` or
+    ``provider:copies`` -> (provider, how ``Parts.whole`` runs it): each provider's default
+    and its single-thread copies (or streams), as its calibration ran them (``records``:
+    provider -> calibration)."""
+    out = {}
+    for provider, rec in records.items():
+        out[f"{provider}:default"] = (provider, {"threads": 0})
+        rep = (rec.get("replicas") or {}).get("1") or {}
+        if rep.get("copies", 1) > 1:
+            out[f"{provider}:copies"] = (provider, {"threads": 1, "replicas": int(rep["copies"]),
+                                                    "optimization": rep.get("optimization", "all")})
+    return out
+
+
+def side_by_side(model_path: str | Path, feeds: Mapping[str, Any],
+                 runs: Mapping[str, tuple[str, dict[str, Any]]], *, model_bytes: float = 0.0,
+                 host_memory: float | None = None) -> dict[str, dict[str, Any]]:
+    """``runs`` (:func:`finalists`) measured in the same rounds.  Each provider is
+    calibrated in a process of its own, a minute or more apart from the others: on a
+    shared machine that moves their figures against each other (T5's encoder: OpenVINO's
+    streams calibrated above onnxruntime's copies, then measured 0.96x them side by
+    side).  Measured together, the choice between them is made on one stretch of the
+    machine's time.  {} where they would not all fit MEMORY_SHARE of the host's memory."""
+    from .running.runner import Parts, RunError
+
+    if host_memory is None:
+        from .profile.devices import host_memory_bytes
+
+        host_memory = float(host_memory_bytes())
+    copies = sum(int(how.get("replicas", 1)) for _, how in runs.values())
+    if copies * model_bytes > MEMORY_SHARE * host_memory:
+        return {}
+    loaded: dict[str, Any] = {}
+    for name, (provider, how) in runs.items():
+        try:
+            loaded[name] = Parts.whole(model_path, provider, **how)
+        except RunError as e:
+            loaded[name] = {"error": str(e)}
+    return {k: _rounded(v) for k, v in measure_loaded(loaded, feeds).items()}
+
+
+def take_side_by_side(records: dict[str, dict[str, Any]], got: Mapping[str, Mapping[str, Any]]) -> None:
+    """Each provider's default and copies in ``records`` replaced by their side-by-side
+    figures (``got``, from :func:`side_by_side`), each marked ``side_by_side``."""
+    for name, v in got.items():
+        provider, _, what = name.rpartition(":")
+        rec = records.get(provider)
+        if rec is None or "error" in v or not v.get("throughput_per_s"):
+            continue
+        if what == "default":
+            rec["default"] = dict(v, side_by_side=True)
+        else:
+            rep = rec["replicas"]["1"]
+            rec["replicas"]["1"] = dict(v, copies=rep["copies"], optimization=rep.get("optimization", "all"),
+                                        side_by_side=True)
 
 
 def spread_of(got: Mapping[str, Any]) -> float:

@@ -145,6 +145,7 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
     model_bytes = float(workload.size.sum())
     kinds = [("cpu", cpu_entry), ("acc", acc_entry)]
     kinds += [(ep, known.entry(ep, hardware=describe(ep))) for ep in cluster.cpu.shared_by]
+    fresh = set()  # the kinds calibrated now
     for kind, entry in kinds:
         if entry is None or entry.settings.get("refused"):
             continue  # (a provider that refused the model: planned without)
@@ -163,6 +164,7 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
                                     entry.execution_provider, model_bytes=model_bytes)
             store = store or ProfileFile.load(cache)
             store.put(replace(entry, as_run=record))
+            fresh.add(kind)
         elif kind == "cpu" and record and not machine.CallCosts.of(record).measured \
                 and entry.execution_provider in present:
             # a calibration from before the runner's own costs were measured: add them
@@ -172,6 +174,21 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
             store.put(replace(entry, as_run=record))
         if record:
             out[kind] = record
+    on_cores = [ep for ep in cluster.cpu.shared_by if ep in out and ep in present]
+    if out.get("cpu") and on_cores and fresh & {"cpu", *on_cores}:
+        # each provider's best measured again beside the others': the choice between
+        # them then rests on one stretch of the machine's time (calibrate.side_by_side)
+        records = {CPU_EP: out["cpu"], **{ep: out[ep] for ep in on_cores}}
+        _say(quiet, f"measuring {', '.join(records)} side by side")
+        feeds = feeds if feeds is not None else input_feeds(graph)
+        with isolated.Child() as child:
+            got = child.call("onnxsplit.calibrate:side_by_side", str(graph.path), feeds,
+                             calibrate.finalists(records), model_bytes=model_bytes)
+        calibrate.take_side_by_side(records, got)
+        store = store or ProfileFile.load(cache)
+        for kind, entry in kinds:
+            if entry is not None and kind in ("cpu", *on_cores):
+                store.put(replace(entry, as_run=out[kind]))
     if store is not None:
         try:
             store.save()

@@ -19,7 +19,7 @@ from onnx import helper
 from onnx_models import make, mlp, save, vi
 from test_machine import record
 from workloads import diamond
-from onnxsplit import machine
+from onnxsplit import calibrate, machine
 from onnxsplit.providers import openvino, plugins
 from onnxsplit.cli import main
 from onnxsplit.errors import OnnxsplitError
@@ -341,3 +341,35 @@ def test_openvino_node_times_cover_its_counted_time(tmp_path):
     # (the whole model's plain runs interleave with the counted ones: on a busy machine
     # the two move apart, never by 10x)
     assert 0.1 * whole["median"] < sum(ms.values()) < 10 * whole["median"]
+
+
+def test_the_finalists_of_each_provider_are_named_and_replaced():
+    cpu = record(10.0, {1: 18.0, 2: 10.0}, {1: (2, 150.0)})
+    ov = record(9.0, {1: 16.0, 2: 9.0}, {})
+    runs = calibrate.finalists({CPU_EP: cpu, openvino.RUNTIME: ov})
+    assert runs == {f"{CPU_EP}:default": (CPU_EP, {"threads": 0}),
+                    f"{CPU_EP}:copies": (CPU_EP, {"threads": 1, "replicas": 2, "optimization": "all"}),
+                    f"{openvino.RUNTIME}:default": (openvino.RUNTIME, {"threads": 0})}
+    got = {f"{CPU_EP}:default": {"latency_ms": 11.0, "throughput_per_s": 90.0},
+           f"{CPU_EP}:copies": {"latency_ms": 19.0, "throughput_per_s": 140.0},
+           f"{openvino.RUNTIME}:default": {"error": "refused"}}
+    calibrate.take_side_by_side({CPU_EP: cpu, openvino.RUNTIME: ov}, got)
+    assert cpu["default"] == {"latency_ms": 11.0, "throughput_per_s": 90.0, "side_by_side": True}
+    assert cpu["replicas"]["1"]["throughput_per_s"] == 140.0 and cpu["replicas"]["1"]["copies"] == 2
+    assert ov["default"]["latency_ms"] == 9.0 and "side_by_side" not in ov["default"]
+
+
+@needs_openvino
+def test_each_providers_best_is_measured_side_by_side(tmp_path, capsys, monkeypatch):
+    """Calibrated apart, then each provider's default and copies measured again in the
+    same rounds, and those figures kept."""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32)
+    assert main([str(model), "--out", str(tmp_path / "p")]) == 0
+    assert "side by side" in capsys.readouterr().err
+    entries = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())["entries"]
+    records = {e["device"]["execution_provider"]: e["as_run"] for e in entries}
+    for provider in (CPU_EP, openvino.RUNTIME):
+        assert records[provider]["default"]["side_by_side"] is True
+        rep = records[provider]["replicas"]["1"]
+        assert rep.get("side_by_side") is (True if rep["copies"] > 1 else None)
