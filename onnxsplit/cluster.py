@@ -123,7 +123,7 @@ class Cluster:
 
         cpu = DeviceSpec(name="cpu", cls=CPU_CLASS, count=os.cpu_count() or 1,
                          execution_provider=dv.CPU_EP, memory=float(dv.host_memory_bytes()),
-                         shared_by=tuple(dv.cpu_providers()))
+                         shared_by=tuple(dv.planned_on_cores()))
         found = [cpu]
         links = []
         notes = []

@@ -78,6 +78,16 @@ def shares_cpu(ep: str) -> bool:
     return ep in (CPU_EP, openvino.RUNTIME) or ep in plugins.cpu_providers()
 
 
+def planned_on_cores() -> list[str]:
+    """The providers beside the CPU EP that a detected cluster plans for on the cores:
+    OpenVINO's own runtime where installed.  A plugin EP's CPU device (OpenVINO's EP, the
+    same engine inside onnxruntime) is measured beside a plan by `run` and runs parts a
+    cluster file's ``shared_by`` names, but is not planned for unless named."""
+    from ..providers import openvino
+
+    return [ep for ep in cpu_providers() if ep == openvino.RUNTIME]
+
+
 def cpu_providers() -> list[str]:
     """The providers present that run on the host's cores besides the CPU EP."""
     return [ep for ep in available_providers() if ep != CPU_EP and shares_cpu(ep)]
@@ -203,7 +213,8 @@ def provider_lines() -> list[str]:
             continue
         devs = ", ".join(f"{d['type']} {d['vendor']}".strip() for d in p.devices)
         cpu = any(d["type"] == "cpu" for d in p.devices)
-        out.append(f"{where}: {devs}" + (f"; its cpu device shares the cores with {CPU_EP}" if cpu else "")
+        out.append(f"{where}: {devs}" + (f"; its cpu device shares the cores with {CPU_EP} (planned "
+                                         "for where a cluster file's shared_by names it)" if cpu else "")
                    + ("; its gpu/npu devices are listed, not planned for" if any(
                        d["type"] != "cpu" for d in p.devices) else ""))
     return out

@@ -247,9 +247,16 @@ class Runner:
         if profile_prefix is not None:
             so.enable_profiling = True
             so.profile_file_prefix = str(profile_prefix)
-        # enable_fallback=0: where the EP cannot be set up (TensorRT listed by onnxruntime-gpu
-        # without its libraries), onnxruntime would print to stdout and build a CPU session
-        sess = self.ort.InferenceSession(data, so, providers=self.providers(), enable_fallback=0)
+        from ..providers import plugins
+
+        if self.ep in plugins.providers():  # (a plugin EP is given as its device)
+            plugins.add_to_session(so, self.ep, self.options)
+            sess = self.ort.InferenceSession(data, so)
+        else:
+            # enable_fallback=0: where the EP cannot be set up (TensorRT listed by
+            # onnxruntime-gpu without its libraries), onnxruntime would print to stdout and
+            # build a CPU session
+            sess = self.ort.InferenceSession(data, so, providers=self.providers(), enable_fallback=0)
         if self.ep not in sess.get_providers():
             raise RuntimeError(f"onnxruntime set the session up on {', '.join(sess.get_providers())}")
         return sess
