@@ -32,13 +32,18 @@ demo: $(VENV)/.installed-openvino
 	@echo "The result, measured beside onnxruntime's own sessions on the same inputs:"
 	$(BIN)/onnxsplit run $(VENV)/demo_parts --samples 200
 
+# two workers (pytest-xdist): CI's two cores; a test's calibration mostly waits on the clock,
+# so the suite takes about half as long.  A worker's tests share one profile cache
+# (tests/conftest.py)
+XDIST := -n 2
+
 test: $(VENV)/.installed-extras
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST) --durations=10
 
 # the quick tier, under a minute: no slow tests, no paper workloads, 3 seeds a randomised test
 # (tiers and how the slow list is made: tests/conftest.py)
 test-quick: $(VENV)/.installed-extras
-	ONNXSPLIT_TEST_SEEDS=3 $(BIN)/python -m pytest -m "not slow and not paper" --durations=5
+	ONNXSPLIT_TEST_SEEDS=3 $(BIN)/python -m pytest $(XDIST) -m "not slow and not paper" --durations=5
 
 clean:
 	rm -rf $(VENV) build *.egg-info

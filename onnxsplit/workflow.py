@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -96,14 +96,16 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
             profile: str | Path | None = None, accelerator: str | None = None,
             quiet: bool = False, input_fills: Mapping[str, float] | None = None,
             shared_weights: str = "first", activations: str = "outputs", repeats: int = 10,
-            as_run: bool = True, narrate: bool = True, recalibrate: bool = False) -> Prepared:
+            as_run: bool = True, narrate: bool = True, recalibrate: bool = False,
+            check: Callable[[Prepared], None] | None = None) -> Prepared:
     """The one route from a model to a workload: import it (checked), profile what the
     profile file (default: the per-user cache) lacks and this machine can measure, build
     the workload for the devices (this machine's, or a cluster file's; an accelerator
     neither present nor profiled is estimated from its spec's peaks), check that it fits
     their memory together, and (``as_run``) measure the whole model as users run it
     (``recalibrate``: again, where the profile entry already holds a calibration).
-    ``narrate``: say each step on stderr (the main command does; a measurement's progress
+    ``check``: called with what is prepared before the calibration, so that an input it
+    refuses (a pin, a plan file) is refused before a minute of measuring.  ``narrate``: say each step on stderr (the main command does; a measurement's progress
     shows unless ``quiet``)."""
     silent = quiet or not narrate
     seconds = {}
@@ -124,6 +126,8 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     workload = build_workload(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
                               activations=activations)
     _check_total_memory(workload, cluster, accs)
+    if check is not None:
+        check(Prepared(graph, cluster, acc, workload, seconds))
     if not as_run:
         return Prepared(graph, cluster, acc, workload, seconds)
     t = time.perf_counter()
@@ -179,12 +183,14 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
         # each provider's best measured again beside the others': the choice between
         # them then rests on one stretch of the machine's time (calibrate.side_by_side)
         records = {CPU_EP: out["cpu"], **{ep: out[ep] for ep in on_cores}}
-        _say(quiet, f"measuring {', '.join(records)} side by side")
-        feeds = feeds if feeds is not None else input_feeds(graph)
-        with isolated.Child() as child:
-            got = child.call("onnxsplit.calibrate:side_by_side", str(graph.path), feeds,
-                             calibrate.finalists(records), model_bytes=model_bytes)
-        calibrate.take_side_by_side(records, got)
+        runs = calibrate.finalists(records)  # (none where one provider is far ahead)
+        if runs:
+            _say(quiet, f"measuring {', '.join(sorted({p for p, _ in runs.values()}))} side by side")
+            feeds = feeds if feeds is not None else input_feeds(graph)
+            with isolated.Child() as child:
+                got = child.call("onnxsplit.calibrate:side_by_side", str(graph.path), feeds,
+                                 runs, model_bytes=model_bytes)
+            calibrate.take_side_by_side(records, got)
         store = store or ProfileFile.load(cache)
         for kind, entry in kinds:
             if entry is not None and kind in ("cpu", *on_cores):
@@ -946,9 +952,14 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
     if objective not in ("throughput", "latency"):
         raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
     check_out(out, force, probe=True)
+    pins = list(pins)
+
+    def pins_apply(p: Prepared) -> None:
+        apply_pins(p.workload, parse_pins(pins, p.workload, p.accelerator))
+
     prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
                    accelerator=accelerator, quiet=quiet, input_fills=input_fills,
-                   recalibrate=recalibrate)
+                   recalibrate=recalibrate, check=pins_apply)
     pin_specs = parse_pins(pins, prep.workload, prep.accelerator)
     pinned_workload, pinned = apply_pins(prep.workload, pin_specs)
     t = time.perf_counter()
@@ -968,12 +979,19 @@ def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
     check_out(out, force, probe=True)
     if not Path(plan_path).is_file():
         raise SplitError(f"plan file '{plan_path}' does not exist")
-    prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
-                   accelerator=accelerator, quiet=quiet, input_fills=input_fills,
-                   recalibrate=recalibrate)
     data = read_json(plan_path)
     execution = ((data.get("details") or {}).get("execution") or {}) if isinstance(data, dict) else {}
-    if isinstance(execution, dict) and execution.get("shared"):
+    shared = isinstance(execution, dict) and bool(execution.get("shared"))
+
+    def plan_of(p: Prepared) -> Plan:
+        # (before the calibration too, where the providers' devices are not yet timed as
+        # run: what the file names is checked then, and scored once calibrated)
+        return read_plan_file(plan_path, p.graph, _with_shared(p, execution, plan_path) if shared else p.workload)
+
+    prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
+                   accelerator=accelerator, quiet=quiet, input_fills=input_fills,
+                   recalibrate=recalibrate, check=plan_of)
+    if shared:
         prep = replace(prep, workload=_with_shared(prep, execution, plan_path))
     plan = read_plan_file(plan_path, prep.graph, prep.workload)
     return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds)

@@ -5,6 +5,11 @@ Tiers (`make test` runs everything; `make test-quick` runs the quick tier, under
 * ``paper``: the test needs the paper's workloads: it takes the ``expected`` fixture, carries
   the ``needs_paper`` mark, or its body reads ``PAPER``. Marked here, at collection.
 * ``slow``: the test function is in ``SLOW`` below. Marked here, at collection.
+* ``every_provider``: the test sees every execution provider installed (OpenVINO's
+  runtime, plugin EPs).  Every other test runs with ONNXSPLIT_PROVIDERS set to the CPU EP
+  alone: a main command on a tiny model calibrates each provider on the cores and then
+  measures them side by side, 50 s in all with OpenVINO beside the CPU EP (15 s without),
+  and what the tests outside tests/test_providers.py check does not turn on OpenVINO.
 * ``ONNXSPLIT_TEST_SEEDS=N``: of every test function parametrised over ``seed`` (alone or
   as in ``"make, seed"``), only the cases with its first N distinct seeds run; the rest are
   deselected. Unset: every seed runs.
@@ -51,6 +56,8 @@ def expected() -> dict:
 # first to compile a numba kernel (seed 0 of test_exact_when_memory_is_ample, ...): the
 # compile would only move to the next test, and numba caches it on disk for the next run.
 # With the list below `make test-quick` took about 30 s, 55 s with numba's cache empty (2 cores).
+# (The main command's tests became slow once its calibration warmed up and measured again
+# where rounds spread wide, and measured OpenVINO beside onnxruntime: listed below.)
 # To refresh it: rerun that command, sum the slowest lines per function, and keep
 # `make test-quick` under a minute (it prints its own time and slowest tests). Names are bare
 # function names: they are unique across tests/, and they survive a test file being renamed.
@@ -97,11 +104,33 @@ SLOW = frozenset({
     "test_a_damaged_plan_file_is_one_line",
     "test_random_contiguous_plans",
     "test_random_scattered_plans",
+    # a main command (or `run`) that calibrates a model in a cache of its own, or several
+    # providers on the cores (10 - 50 s a case)
+    "test_a_calibration_whose_copies_no_longer_run_as_chosen_is_measured_again",
+    "test_a_calibration_whose_rounds_spread_wide_is_measured_again",
+    "test_a_damaged_profile_cache_is_set_aside_and_measured_again",
+    "test_a_full_disk_names_the_output",
+    "test_a_model_openvino_refuses_is_planned_without_it",
+    "test_a_plan_run_by_openvino_is_written_and_verifies",
+    "test_a_split_across_onnxruntime_and_openvino_runs_and_verifies",
+    "test_compare_lists_the_model_kept_whole_as_onnxruntime_runs_it",
+    "test_compare_on_a_model",
+    "test_control_flow_model_splits_and_verifies",
+    "test_each_providers_best_is_measured_side_by_side",
+    "test_existing_output_needs_force",
+    "test_input_value_steers_the_check_run",
+    "test_main_command_is_never_the_slower_of_its_own_candidates",
+    "test_main_command_plans_for_every_class_at_once",
+    "test_plan_json_is_editable_and_reapplied",
+    "test_recalibrate_measures_the_machine_again",
+    "test_run_parts_measures_and_checks",
+    "test_run_weighs_the_default_session_against_its_calibrated_figures",
 })
 
 MARKERS = {
     "slow": "slow: takes long (listed in tests/conftest.py SLOW); deselect with -m 'not slow'",
     "paper": "paper: needs the paper workloads (../shared or ONNXSPLIT_PAPER_DATA); deselect with -m 'not paper'",
+    "every_provider": "every_provider: sees every execution provider installed (others: the CPU EP alone, tests/conftest.py)",
 }
 SEEDS_ENV = "ONNXSPLIT_TEST_SEEDS"
 
@@ -113,6 +142,37 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, line in MARKERS.items():
         if name not in known:
             config.addinivalue_line("markers", line)
+
+
+@pytest.fixture(scope="session")
+def _session_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("onnxsplit-cache")
+
+
+@pytest.fixture(autouse=True)
+def shared_cache(_session_cache, monkeypatch) -> Path:
+    """ONNXSPLIT_CACHE_DIR: one profile cache for the whole run, never the user's own: a
+    model's profile and calibration are measured once, as a user's cache keeps them.  A
+    test that reads or damages what it holds takes :func:`own_cache`."""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(_session_cache))
+    return _session_cache
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch) -> Path:
+    """A profile cache of the test's own, empty at its start (tmp_path / "cache")."""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(autouse=True)
+def cpu_ep_alone(request, monkeypatch):
+    """ONNXSPLIT_PROVIDERS: the CPU EP alone, but for a test marked ``every_provider``
+    (subprocesses inherit it)."""
+    if request.node.get_closest_marker("every_provider") is None:
+        from onnxsplit.profile.devices import CPU_EP, PROVIDERS_ENV
+
+        monkeypatch.setenv(PROVIDERS_ENV, CPU_EP)
 
 
 def _seed_budget(config: pytest.Config) -> int | None:

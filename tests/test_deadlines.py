@@ -226,10 +226,11 @@ def test_local_search_descends_to_the_same_plan_in_chunks():
 
 
 @pytest.mark.parametrize("phase", ["profiling", "calibrating", "exporting", "verifying"])
-def test_an_interrupted_main_command_leaves_the_previous_output(tmp_path, phase):
+def test_an_interrupted_main_command_leaves_the_previous_output(tmp_path, shared_cache, phase):
     """Ctrl-C while profiling, calibrating, writing or verifying the parts: within 2 s,
     the previous parts folder as it was, nothing half-written beside it (or, where the
-    command had just finished, the new one whole)."""
+    command had just finished, the new one whole).  (Writing and verifying: with the
+    run's shared profile cache, where the model is calibrated once for both.)"""
     from onnx_models import mlp
 
     model = mlp(tmp_path / "m.onnx", layers=12, batch=64, width=512)
@@ -237,7 +238,8 @@ def test_an_interrupted_main_command_leaves_the_previous_output(tmp_path, phase)
     out.mkdir()
     (out / "manifest.json").write_text(json.dumps({"format": FORMAT}))  # as onnxsplit wrote it
     p = _started([str(model), "--out", str(out), "--force"], wait_for=0.0,
-                 ONNXSPLIT_CACHE_DIR=str(tmp_path / "cache"))
+                 ONNXSPLIT_CACHE_DIR=str(shared_cache if phase in ("exporting", "verifying")
+                                         else tmp_path / "cache"))
     said = []
     for line in p.stderr:  # its progress lines
         said.append(line)

@@ -22,6 +22,7 @@ from onnx.external_data_helper import set_external_data
 from onnx_models import (TINY_BERT, TINY_BERT_SHAPES, control_flow, make, mlp, save,
                          shared_weight, vi, weight)
 from onnxsplit.providers import openvino
+from onnxsplit.profile.devices import available_providers
 from onnxsplit.errors import OnnxsplitError, SplitError
 from onnxsplit.export import ANNOTATED, INLINE_BYTES, MANIFEST, WEIGHTS, export, make_parts
 from onnxsplit.graph import OpGraph
@@ -904,7 +905,7 @@ def test_run_parts_measures_and_checks(late_parts):
     # what users run instead, measured in the same run: the default session and copies, and
     # where installed OpenVINO's runtime with its two hints
     base = r["baselines"]
-    peers = {"openvino_latency", "openvino_throughput"} if openvino.available() else set()
+    peers = {"openvino_latency", "openvino_throughput"} if openvino.RUNTIME in available_providers() else set()
     assert set(base) == {"ort_default_cpu", f"ort_replicas_cpu_{os.cpu_count()}x1"} | peers
     # the plan measured beside each baseline in every round: its figure is the median of all
     assert r["measured"]["rounds"] == len(base) * ROUNDS == len(r["measured"]["by_round"]["latency_ms"])

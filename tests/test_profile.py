@@ -293,6 +293,8 @@ def test_preferred_providers_one_per_device(monkeypatch):
     take CUDA alone for the GPU; EPs of no known device class stay."""
     from onnxsplit.profile import devices
 
+    monkeypatch.delenv(devices.PROVIDERS_ENV)  # (every provider listed: tests/conftest.py)
+
     def listed(eps):
         monkeypatch.setattr(ort, "get_available_providers", lambda: list(eps))
         return devices.preferred_providers()

@@ -27,6 +27,7 @@ from onnxsplit.profile.devices import CPU_EP, available_providers, provider_line
 from onnxsplit.running.runner import Parts, baselines, measure_pipeline
 from onnxsplit.workload import Workload
 
+pytestmark = pytest.mark.every_provider  # (every provider installed: tests/conftest.py)
 needs_openvino = pytest.mark.skipif(not openvino.available(), reason="OpenVINO's runtime is not installed")
 OV_EP = "OpenVINOExecutionProvider"
 
@@ -172,8 +173,9 @@ def test_a_model_openvino_refuses_is_planned_without_it(tmp_path, capsys, monkey
 
 def halves_plan(tmp_path, monkeypatch, capsys, second: str, **execution):
     """An MLP split by the main command, and its plan.json edited into tmp_path/plan.json:
-    the first half of the nodes on cpu0, the rest on ``second``, one thread each."""
-    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    the first half of the nodes on cpu0, the rest on ``second``, one thread each.  (The
+    worker's shared profile cache: where both tests that take it run on one worker, the
+    MLP is calibrated once.)"""
     model = mlp(tmp_path / "m.onnx", layers=4, batch=8, width=64)
     assert main([str(model), "--out", str(tmp_path / "a"), "--quiet"]) == 0
     plan = json.loads((tmp_path / "a" / "plan.json").read_text())
@@ -347,7 +349,7 @@ def test_openvino_node_times_cover_its_counted_time(tmp_path):
 
 def test_the_finalists_of_each_provider_are_named_and_replaced():
     cpu = record(10.0, {1: 18.0, 2: 10.0}, {1: (2, 150.0)})
-    ov = record(9.0, {1: 16.0, 2: 9.0}, {})
+    ov = record(7.0, {1: 16.0, 2: 7.0}, {})  # (142.9/s: within CLOSE of the copies' 150/s)
     runs = calibrate.finalists({CPU_EP: cpu, openvino.RUNTIME: ov})
     assert runs == {f"{CPU_EP}:default": (CPU_EP, {"threads": 0}),
                     f"{CPU_EP}:copies": (CPU_EP, {"threads": 1, "replicas": 2, "optimization": "all"}),
@@ -358,7 +360,19 @@ def test_the_finalists_of_each_provider_are_named_and_replaced():
     calibrate.take_side_by_side({CPU_EP: cpu, openvino.RUNTIME: ov}, got)
     assert cpu["default"] == {"latency_ms": 11.0, "throughput_per_s": 90.0, "side_by_side": True}
     assert cpu["replicas"]["1"]["throughput_per_s"] == 140.0 and cpu["replicas"]["1"]["copies"] == 2
-    assert ov["default"]["latency_ms"] == 9.0 and "side_by_side" not in ov["default"]
+    assert ov["default"]["latency_ms"] == 7.0 and "side_by_side" not in ov["default"]
+
+
+def test_a_provider_far_behind_is_not_measured_again():
+    cpu = record(10.0, {1: 18.0, 2: 10.0}, {1: (2, 150.0)})
+    slow = record(40.0, {1: 80.0, 2: 40.0}, {})
+    rates = {CPU_EP: calibrate.best_rate(cpu), openvino.RUNTIME: calibrate.best_rate(slow)}
+    assert rates[CPU_EP] == 150.0 and rates[CPU_EP] > calibrate.CLOSE * rates[openvino.RUNTIME] > 0
+    assert calibrate.finalists({CPU_EP: cpu, openvino.RUNTIME: slow}) == {}
+    near = record(40.0, {1: 80.0, 2: 40.0}, {})
+    near["default"]["throughput_per_s"] = 150.0 / calibrate.CLOSE  # (just within)
+    assert set(calibrate.finalists({CPU_EP: cpu, openvino.RUNTIME: near})) == {
+        f"{CPU_EP}:default", f"{CPU_EP}:copies", f"{openvino.RUNTIME}:default"}
 
 
 @needs_openvino
@@ -366,6 +380,7 @@ def test_each_providers_best_is_measured_side_by_side(tmp_path, capsys, monkeypa
     """Calibrated apart, then each provider's default and copies measured again in the
     same rounds, and those figures kept."""
     monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(calibrate, "CLOSE", 1e9)  # (however far apart they calibrate)
     model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32)
     assert main([str(model), "--out", str(tmp_path / "p")]) == 0
     assert "side by side" in capsys.readouterr().err

@@ -110,6 +110,7 @@ def test_parts_pinned_to_machines_run_on_their_nodes(tmp_path, no_ray_left):
         cluster.shutdown()
 
 
+@pytest.mark.every_provider
 @pytest.mark.skipif(not openvino.available(), reason="OpenVINO's runtime is not installed")
 def test_a_part_on_openvino_runs_on_a_ray_actor(tmp_path, no_ray_left):
     """Parts on the CPU EP and on OpenVINO's runtime (a provider on the same cores): each

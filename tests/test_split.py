@@ -20,11 +20,6 @@ from onnxsplit.workflow import (CALL_GIL_MS, COPIES_OVER_DEFAULT, MIN_CONFIG_GAI
 TINY_ARGS = ["--input-shape", "input_ids=1x32", "--input-shape", "attention_mask=1x32"]
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
-
-
 def run_json(capsys, argv):
     code = main(argv + ["--json"])
     out = capsys.readouterr().out
@@ -36,7 +31,7 @@ def original_outputs(model, feeds):
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
 
-def test_split_tiny_bert_reproduces_the_model(tmp_path, capsys):
+def test_split_tiny_bert_reproduces_the_model(tmp_path, capsys, own_cache):
     out = tmp_path / "parts"
     code, res = run_json(capsys, [str(TINY_BERT), "--out", str(out)] + TINY_ARGS)
     assert code == 0
@@ -369,7 +364,7 @@ def test_latency_split_with_cpu_calls_around_accelerator_calls(tmp_path, capsys)
     assert acc_parts and len(cpu_parts) >= 2
 
 
-def test_a_calibration_whose_copies_no_longer_run_as_chosen_is_measured_again(tmp_path, capsys):
+def test_a_calibration_whose_copies_no_longer_run_as_chosen_is_measured_again(tmp_path, capsys, own_cache):
     """Copies stored at an optimisation level the rule no longer picks (an earlier rule
     took a 1% faster unoptimised session) are not what a plan would run: the split
     measures the machine again rather than plan from them."""
@@ -396,7 +391,7 @@ def test_a_calibration_whose_copies_no_longer_run_as_chosen_is_measured_again(tm
     assert not cal.stale(stored)
 
 
-def test_recalibrate_measures_the_machine_again(tmp_path, capsys):
+def test_recalibrate_measures_the_machine_again(tmp_path, capsys, own_cache):
     """A calibration stored with the profile is reused as it is, however the machine has
     moved since; --recalibrate measures it again and stores the new one."""
     model = mlp(tmp_path / "m.onnx", layers=3, batch=4, width=64)

@@ -9,6 +9,7 @@ about the others and every lookup has a generic fallback.
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import shutil
 import subprocess
@@ -54,10 +55,25 @@ EP_PREFERENCE = ("CUDAExecutionProvider", "ROCMExecutionProvider", "DmlExecution
                  "MIGraphXExecutionProvider", "TensorrtExecutionProvider")
 
 
+# ONNXSPLIT_PROVIDERS=EP,...: the only providers onnxsplit uses beside the CPU EP (always
+# kept: every part can fall back to it), for a user who deploys without one that is
+# installed; the test suite runs with the CPU EP alone but where a test asks for more
+PROVIDERS_ENV = "ONNXSPLIT_PROVIDERS"
+
+
+def allowed_providers() -> set[str] | None:
+    """The providers ONNXSPLIT_PROVIDERS allows (None: every one present)."""
+    raw = os.environ.get(PROVIDERS_ENV, "").strip()
+    if not raw:
+        return None
+    return {p.strip() for p in raw.split(",") if p.strip()} | {CPU_EP}
+
+
 def available_providers() -> list[str]:
     """Providers that run operators on this machine, CPU last: the EPs of this onnxruntime
     build, the plugin EPs that offer a device here (``onnxsplit.providers.plugins``), and OpenVINO's
-    own runtime where it is installed (``onnxsplit.providers.openvino``)."""
+    own runtime where it is installed (``onnxsplit.providers.openvino``); those
+    ONNXSPLIT_PROVIDERS allows where it is set."""
     import onnxruntime as ort
 
     from ..providers import openvino, plugins
@@ -66,6 +82,8 @@ def available_providers() -> list[str]:
     eps += [ep for ep in plugins.providers() if ep not in eps]
     if openvino.available():
         eps.append(openvino.RUNTIME)
+    allowed = allowed_providers()
+    eps = [ep for ep in eps if allowed is None or ep in allowed]
     return [ep for ep in eps if ep != CPU_EP] + ([CPU_EP] if CPU_EP in eps else [])
 
 
@@ -197,6 +215,9 @@ def provider_lines() -> list[str]:
     from ..providers import openvino, plugins
 
     out = []
+    allowed = allowed_providers()
+    if allowed is not None:
+        out.append(f"{PROVIDERS_ENV} allows only: {', '.join(sorted(allowed))}")
     if openvino.available():
         out.append(f"{openvino.RUNTIME}: OpenVINO {openvino.version()} on {openvino.device_name()}, "
                    f"sharing the CPU's cores with {CPU_EP}")
