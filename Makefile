@@ -33,9 +33,10 @@ demo: $(VENV)/.installed-openvino
 	$(BIN)/onnxsplit run $(VENV)/demo_parts --samples 200
 
 # two workers (pytest-xdist): CI's two cores; a test's calibration mostly waits on the clock,
-# so the suite takes about half as long.  A worker's tests share one profile cache
-# (tests/conftest.py)
-XDIST := -n 2
+# so the suite takes about half as long; an idle worker takes tests queued for the other
+# (worksteal: the slow tests end the run on both).  A worker's tests share one profile
+# cache (tests/conftest.py)
+XDIST := -n 2 --dist worksteal
 
 test: $(VENV)/.installed-extras
 	$(BIN)/python -m pytest $(XDIST) --durations=10

@@ -56,6 +56,16 @@ def test_serial_latency_is_every_node_plus_each_tensor_once_per_reading_device(s
         assert machine.serial_latency(w, a) == pytest.approx(want)
 
 
+def cached_cpu_entry(model) -> dict:
+    """``model``'s CPU EP entry in the profile cache the test runs with (the worker's shared
+    one, tests/conftest.py)."""
+    from onnxsplit.graph import OpGraph
+    from onnxsplit.profile import default_cache
+
+    entries = json.loads(default_cache(OpGraph.from_onnx(model).profile_key).read_text())["entries"]
+    return next(e for e in entries if e["device"]["execution_provider"] == "CPUExecutionProvider")
+
+
 def record(default_ms, threads_ms, replicas):
     """A CPU calibration record: thread count -> latency; t -> (copies, throughput)."""
     return {"cores": max(threads_ms), "default": {"latency_ms": default_ms,
@@ -278,11 +288,9 @@ def test_main_command_is_never_the_slower_of_its_own_candidates(tmp_path, monkey
     1.1x the best whole one): its prediction against the calibration in the cache."""
     from onnxsplit.workflow import COPIES_OVER_DEFAULT, MIN_CONFIG_GAIN, MIN_SPLIT_GAIN, split
 
-    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
-    model = mlp(tmp_path / "m.onnx", layers=4, batch=16, width=128)
+    model = mlp(tmp_path / "m.onnx", layers=4, batch=16, width=128)  # (as test_python_api_split_then_run)
     res = split(model, tmp_path / "p", quiet=True)
-    cache = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())
-    rec = cache["entries"][0]["as_run"]
+    rec = cached_cpu_entry(model)["as_run"]
     best = max([rec["default"]["throughput_per_s"]] +  # a session on every core is the default
                [r["throughput_per_s"] for t, r in rec["replicas"].items()
                 if r["copies"] > 1 or int(t) < rec["cores"]])
@@ -367,11 +375,10 @@ def test_copies_stay_unless_the_default_session_promises_clearly_more(copies, ch
 def test_compare_lists_the_model_kept_whole_as_onnxruntime_runs_it(tmp_path, capsys, monkeypatch):
     from onnxsplit.cli import main
 
-    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
     model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32)
     assert main(["compare", str(model), "--time-limit", "2", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)["onnxruntime"]
-    rec = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())["entries"][0]["as_run"]
+    rec = cached_cpu_entry(model)["as_run"]
     assert {w["what"] for w in got} >= {"onnxruntime's default session on the CPU"}
     default = next(w for w in got if w["what"] == "onnxruntime's default session on the CPU")
     assert default["ms"] == pytest.approx(1e3 / rec["default"]["throughput_per_s"])

@@ -75,10 +75,12 @@ def test_inputs_too_big_for_memory_are_refused_before_any_is_made(tmp_path, caps
 def test_a_damaged_profile_cache_is_set_aside_and_measured_again(tmp_path, capsys, monkeypatch):
     """The per-user cache is onnxsplit's own: a file that is not a profile is renamed
     (kept) and a damaged or foreign entry dropped, each with a note, and the command
-    measures again and succeeds.  A profile file the user names stays an error."""
+    measures again and succeeds.  A profile file the user names stays an error.  (The
+    profile command reads and writes the cache as the main command does, without
+    calibrating the model each time.)"""
     monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
     model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
-    args = [str(model), "--out", str(tmp_path / "p"), "--force", "--quiet"]
+    args = ["profile", str(model), "--quiet"]
     assert main(args) == 0
     cache = next((tmp_path / "cache").rglob("*.json"))
     good = json.loads(cache.read_text())
@@ -104,7 +106,8 @@ def test_a_damaged_profile_cache_is_set_aside_and_measured_again(tmp_path, capsy
     # a profile the user names is theirs: an error, the file untouched
     mine = tmp_path / "mine.json"
     mine.write_text("{not json")
-    line = one_line_error(capsys, args + ["--profile", str(mine)])
+    line = one_line_error(capsys, [str(model), "--out", str(tmp_path / "p"), "--quiet",
+                                   "--profile", str(mine)])
     assert "is not a profile file" in line and mine.read_text() == "{not json"
 
 
