@@ -240,6 +240,24 @@ def test_bad_input_one_line_error_and_nothing_written(tmp_path, capsys, monkeypa
     assert after == before  # no parts, no staging folder
 
 
+def test_a_bad_pin_or_plan_file_is_refused_before_any_calibration(tmp_path, capsys, monkeypatch):
+    """What the user wrote is checked before a minute of measuring the machine."""
+    from onnxsplit import workflow
+
+    def calibrated(*args, **kwargs):
+        raise AssertionError("calibrated before refusing")
+
+    monkeypatch.setattr(workflow, "_calibrated", calibrated)
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    assert main([str(model), "--out", str(tmp_path / "p"), "--pin", "Nothing=cpu", "--quiet"]) == 2
+    assert "matches no operator" in capsys.readouterr().err
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"objective": "throughput", "assignment": {"no_such_node": "cpu0"}}))
+    assert main(["export", str(model), "--plan", str(plan), "--out", str(tmp_path / "q"), "--quiet"]) == 2
+    assert "not in the model" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists() and not (tmp_path / "q").exists()
+
+
 def test_existing_output_needs_force(tmp_path, capsys, monkeypatch):
     _bad_models(tmp_path)
     monkeypatch.chdir(tmp_path)
