@@ -7,9 +7,13 @@ Tiers (`make test` runs everything; `make test-quick` runs the quick tier, under
 * ``slow``: the test function is in ``SLOW`` below. Marked here, at collection.
 * ``every_provider``: the test sees every execution provider installed (OpenVINO's
   runtime, plugin EPs).  Every other test runs with ONNXSPLIT_PROVIDERS set to the CPU EP
-  alone: a main command on a tiny model calibrates each provider on the cores and then
-  measures them side by side, 50 s in all with OpenVINO beside the CPU EP (15 s without),
-  and what the tests outside tests/test_providers.py check does not turn on OpenVINO.
+  alone: a main command calibrates each provider on the cores (about twice the time with
+  OpenVINO beside the CPU EP), and what the tests outside tests/test_providers.py check
+  does not turn on OpenVINO.
+
+Profile caches: every test runs with ONNXSPLIT_CACHE_DIR set to one cache per run (per
+worker under pytest-xdist), never the user's (``shared_cache``); a test that reads or
+damages what the cache holds takes ``own_cache``.
 * ``ONNXSPLIT_TEST_SEEDS=N``: of every test function parametrised over ``seed`` (alone or
   as in ``"make, seed"``), only the cases with its first N distinct seeds run; the rest are
   deselected. Unset: every seed runs.
