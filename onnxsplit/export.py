@@ -269,18 +269,17 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         if before_swap is not None:
             before_swap(staging)
         interrupt.unregister(staging)  # after the swap it names the old folder
-        _move_into_place(staging, out, force)
-    except OSError as e:
-        shutil.rmtree(staging, ignore_errors=True)
-        if e.filename:
-            raise
-        # (a full disk fails a write, which names no file: say which output it was)
-        raise OSError(e.errno, e.strerror, str(out)) from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        replaced = _move_into_place(staging, out, force)
+    except BaseException as e:
+        shutil.rmtree(staging, ignore_errors=True)  # (still the staging folder: nothing swapped)
+        if isinstance(e, OSError) and not e.filename:
+            # (a full disk fails a write, which names no file: say which output it was)
+            raise OSError(e.errno, e.strerror, str(out)) from None
         raise
     finally:
         interrupt.unregister(staging)
+    if replaced is not None:  # (outside the handler above: what is left in it is the user's)
+        _remove_made(replaced)
     return Export(out, parts, manifest)
 
 
@@ -439,14 +438,15 @@ def _exchange(a: Path, b: Path) -> bool:
     return fn(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), rename_exchange) == 0
 
 
-def _move_into_place(staging: Path, out: Path, force: bool) -> None:
+def _move_into_place(staging: Path, out: Path, force: bool) -> Path | None:
     """The finished folder takes ``out``'s place: swapped in one step where the system can
     (an interruption leaves the old folder or the new one, never neither), else moved aside
-    and replaced.  The old folder is removed after."""
+    and replaced.  Returns the old folder (None where there was none), for the caller to
+    remove what onnxsplit made in it (:func:`_remove_made`), never in its error handling."""
     if not out.exists():
         try:
             staging.rename(out)
-            return
+            return None
         except OSError as e:  # another command wrote it meanwhile
             if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
@@ -456,8 +456,7 @@ def _move_into_place(staging: Path, out: Path, force: bool) -> None:
                                      "replace it") from None
     check_out(out, force)  # again: it may have changed while the parts were written
     if _exchange(staging, out):
-        _remove_made(staging)  # now the old folder
-        return
+        return staging  # now the old folder
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
     out.rename(old)
     try:
@@ -465,7 +464,7 @@ def _move_into_place(staging: Path, out: Path, force: bool) -> None:
     except BaseException:
         old.rename(out)
         raise
-    _remove_made(old)
+    return old
 
 
 def _remove_made(folder: Path) -> None:

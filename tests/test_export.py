@@ -4,6 +4,7 @@ manifest, keep subgraph nodes whole, and fail cleanly."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -1079,6 +1080,35 @@ def test_a_replaced_folder_loses_only_what_onnxsplit_wrote(tmp_path):
     (old / MANIFEST).write_text("{}")
     _remove_made(old)
     assert not old.exists()
+
+
+def test_a_failure_removing_the_replaced_folder_never_deletes_what_is_left_in_it(models, tmp_path,
+                                                                                monkeypatch):
+    """After the swap the staging path names the old folder: an error while removing
+    onnxsplit's files from it must not end in the staging folder's clean-up, which would
+    take a file that appeared there after the check."""
+    import onnxsplit.export as ex
+
+    _, g = models["mlp"]
+    device_of = {n.name: "cpu0" for n in g.nodes}
+    out = tmp_path / "out"
+    export(g, device_of, out, providers=providers())
+    swap = ex._exchange
+
+    def swapped_then_a_late_file(staging, target):
+        done = swap(staging, target)
+        (staging if done else target).joinpath("late.txt").write_text("mine")
+        return done
+
+    def cannot_remove(folder):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(ex, "_exchange", swapped_then_a_late_file)
+    monkeypatch.setattr(ex, "_remove_made", cannot_remove)
+    with pytest.raises(PermissionError):
+        export(g, device_of, out, providers=providers(), force=True)
+    assert [p.read_text() for p in tmp_path.rglob("late.txt")] == ["mine"]
+    assert (out / MANIFEST).exists()
 
 
 @pytest.mark.parametrize("n", range(6, 14))
