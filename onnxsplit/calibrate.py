@@ -70,8 +70,6 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
     loaded first and measured in rounds, in turn (``runner.measure_rounds``), where all
     copies fit MEMORY_SHARE of the host's memory (``model_bytes``: weights and activations
     of one copy; memory is estimated before any is loaded); else one at a time."""
-    from .running.runner import Parts, RunError
-
     cores = cores or os.cpu_count() or 1
     if host_memory is None:
         from .profile.devices import host_memory_bytes
@@ -90,11 +88,8 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
                 configs[f"t{t}_{UNFUSED}"] = {"threads": 0 if t == cores else t, "optimization": UNFUSED}
     copies_of = {name: how.get("replicas", 1) for name, how in configs.items()}
 
-    def load(how) -> "Parts | dict":
-        try:
-            return Parts.whole(model_path, ep, **how)
-        except RunError as e:
-            return {"error": str(e)}
+    def load(how) -> Any:
+        return load_whole(model_path, ep, how)
 
     results: dict[str, dict[str, Any]] = {}
     if sum(copies_of.values()) * model_bytes <= budget:
@@ -144,6 +139,17 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
     if ep == CPU_EP:  # (the runner's own costs: one record holds them)
         record["runner"] = runner_costs()
     return record
+
+
+def load_whole(model_path: str | Path, ep: str, how: Mapping[str, Any]) -> "Parts | dict[str, str]":
+    """The whole model loaded on ``ep`` as ``how`` says (``Parts.whole``'s keywords), or
+    {"error": ...} where it will not load: what :func:`measure_loaded` takes."""
+    from .running.runner import Parts, RunError
+
+    try:
+        return Parts.whole(model_path, ep, **how)
+    except RunError as e:
+        return {"error": str(e)}
 
 
 def measure_loaded(named: Mapping[str, Any], feeds: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -218,8 +224,6 @@ def side_by_side(model_path: str | Path, feeds: Mapping[str, Any],
     streams calibrated above onnxruntime's copies, then measured 0.96x them side by
     side).  Measured together, the choice between them is made on one stretch of the
     machine's time.  {} where they would not all fit MEMORY_SHARE of the host's memory."""
-    from .running.runner import Parts, RunError
-
     if host_memory is None:
         from .profile.devices import host_memory_bytes
 
@@ -227,12 +231,7 @@ def side_by_side(model_path: str | Path, feeds: Mapping[str, Any],
     copies = sum(int(how.get("replicas", 1)) for _, how in runs.values())
     if copies * model_bytes > MEMORY_SHARE * host_memory:
         return {}
-    loaded: dict[str, Any] = {}
-    for name, (provider, how) in runs.items():
-        try:
-            loaded[name] = Parts.whole(model_path, provider, **how)
-        except RunError as e:
-            loaded[name] = {"error": str(e)}
+    loaded = {name: load_whole(model_path, provider, how) for name, (provider, how) in runs.items()}
     return {k: _rounded(v) for k, v in measure_loaded(loaded, feeds).items()}
 
 
