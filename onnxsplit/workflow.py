@@ -953,15 +953,15 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
         raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
     check_out(out, force, probe=True)
     pins = list(pins)
+    applied = []  # (the calibration leaves the workload as it was: pinned once, before it)
 
     def pins_apply(p: Prepared) -> None:
-        apply_pins(p.workload, parse_pins(pins, p.workload, p.accelerator))
+        applied.append(apply_pins(p.workload, parse_pins(pins, p.workload, p.accelerator)))
 
     prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
                    accelerator=accelerator, quiet=quiet, input_fills=input_fills,
                    recalibrate=recalibrate, check=pins_apply)
-    pin_specs = parse_pins(pins, prep.workload, prep.accelerator)
-    pinned_workload, pinned = apply_pins(prep.workload, pin_specs)
+    pinned_workload, pinned = applied[0]
     t = time.perf_counter()
     _say(quiet, f"solving for {objective} ({prep.workload.n} operators, {prep.workload.device_summary()})")
     cand = choose(prep, pinned_workload, objective, method, time_limit, pinned=bool(pinned))
