@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,7 +55,21 @@ def no_ray_left():
     assert gone(since=before), "a Ray process onnxsplit started is still running"
 
 
-def test_run_on_a_local_ray_beside_the_threaded_runner(tmp_path, capsys, no_ray_left):
+@pytest.fixture
+def stale_ray_address(monkeypatch):
+    """Ray's address file naming a cluster that is gone, as `ray start` and Ray's test
+    clusters leave it behind (in a Ray temp folder of the test's own)."""
+    folder = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths live under it
+    Path(folder, "ray").mkdir()
+    Path(folder, "ray", "ray_current_cluster").write_text("127.0.0.1:1")
+    monkeypatch.setenv("RAY_TMPDIR", folder)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    yield
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_run_on_a_local_ray_beside_the_threaded_runner(tmp_path, capsys, stale_ray_address, no_ray_left):
+    """Without --address onnxsplit starts a Ray of its own, whatever Ray's address file names."""
     model, parts = two_parts(tmp_path)
     rc = main(["run", str(parts), "--engine", "ray", "--samples", "10", "--warmup", "1", "--json"])
     out, err = capsys.readouterr()
@@ -108,6 +124,17 @@ def test_parts_pinned_to_machines_run_on_their_nodes(tmp_path, no_ray_left):
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
+        forget_address(cluster.address)
+
+
+def forget_address(address: str) -> None:
+    """Remove Ray's address file where Ray's test cluster wrote it, so that no later Ray
+    (another test's, a user's) takes it for a running cluster."""
+    from ray._common.utils import get_ray_address_file
+
+    file = Path(get_ray_address_file(None))
+    if file.exists() and file.read_text().strip() == address:
+        file.unlink()
 
 
 @pytest.mark.every_provider

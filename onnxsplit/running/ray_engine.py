@@ -55,10 +55,14 @@ def start(address: str | None = None, *, num_cpus: int | None = None) -> _Starte
     if ray.is_initialized():
         return None
     logging.getLogger("ray").setLevel(logging.ERROR)  # its start-up notes are not the user's business
+    local = address is None
     try:
-        ray.init(address=address, num_cpus=num_cpus if address is None else None,
+        # "local", not None: given None, Ray joins the cluster its address file last named
+        # (written by `ray start` and by Ray's test clusters, and left behind when they stop),
+        # and fails on a cluster that is gone or joins one that is not the user's.
+        ray.init(address="local" if local else address, num_cpus=num_cpus if local else None,
                  include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}} if address is None else None)
+                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}} if local else None)
     except Exception as e:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         raise RunError(f"cannot start {where}: {' '.join(str(e).split())[:300]}") from None
