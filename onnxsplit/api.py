@@ -93,10 +93,33 @@ def each_spec(specs) -> list[str]:
     return [one for spec in specs or () for one in re.split(r",(?=[^,=]+=)", str(spec))]
 
 
+def parse_input_ranges(specs) -> tuple[dict[str, tuple[int, ...]], dict[str, list[tuple[int, int]]] | None]:
+    """``["input_ids=1..8x16..512", ...]`` -> (the planning shape, the range: None where
+    every size is fixed); see :mod:`onnxsplit.ranges`.  One-line errors."""
+    from . import ranges
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    whole: dict[str, list[tuple[int, int]]] = {}
+    for spec in each_spec(specs):
+        name, eq, dims = spec.rpartition("=")
+        if not eq or not name.strip():
+            raise OnnxsplitError(f"bad --input-shape '{spec}': expected NAME=DIMS, e.g. "
+                                 f"{name.strip() or 'input_ids'}=1x128 or {name.strip() or 'input_ids'}=1..8x16..512")
+        name = name.strip()
+        if name in whole:
+            raise OnnxsplitError(f"--input-shape given twice for '{name}'")
+        whole[name], planned = ranges.parse_dims(spec, dims)
+        shapes[name] = planned if planned is not None else ranges.middle({name: whole[name]})[name]
+    return shapes, (whole if ranges.is_range(whole) else None)
+
+
 def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
     """``["input_ids=1x128", ...]`` -> ``{"input_ids": (1, 128)}``; one-line errors."""
     out: dict[str, tuple[int, ...]] = {}
     for spec in each_spec(specs):
+        if ".." in spec:
+            raise OnnxsplitError(f"--input-shape '{spec}': a range of shapes is for the main command "
+                                 f"and export; here give one shape, e.g. {spec.split('=')[0]}=1x128")
         name, eq, dims = spec.rpartition("=")
         example = f"{name.strip() or 'input_ids'}=1x128"
         if not eq or not name.strip():

@@ -161,7 +161,10 @@ def _parser() -> argparse.ArgumentParser:
     model.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                        help="bind an input's shape, e.g. input_ids=1x128 (repeat per input, or "
                             "comma-separated: input_ids=1x128,attention_mask=1x128); needed "
-                            "for inputs with dynamic dimensions")
+                            "for inputs with dynamic dimensions.  The main command and export take "
+                            "a range per dimension, input_ids=1..8x16..512 (planned at its middle, "
+                            "or at the shape after '@': input_ids=1..8x16..512@1x128), and "
+                            "write parts for every shape in it")
     model.add_argument("--input-value", action="append", default=[], metavar="NAME=NUMBER",
                        help="feed this input NUMBER (every element) when measuring and checking, "
                             "instead of random floats / ones for integers, e.g. sr=16000 where "
@@ -266,6 +269,9 @@ def _parser() -> argparse.ArgumentParser:
     rn.add_argument("--samples", type=_at_least(1), default=50, metavar="N", help="timed samples (default 50)")
     rn.add_argument("--warmup", type=_at_least(0), default=5, metavar="N", help="untimed samples first (default 5)")
     rn.add_argument("--no-measure", action="store_true", help="only verify the outputs")
+    rn.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
+                    help="run at this input shape, inside the range the parts were made for "
+                         "(inputs not given follow by the model's dimension names); repeatable")
     rn.add_argument("--engine", choices=("threads", "ray"), default="threads",
                     help="threads: this process (default); ray: one Ray actor per part")
     rn.add_argument("--address", metavar="ADDR",
@@ -359,8 +365,9 @@ def _split(args) -> int:
     from . import api
     from .workflow import split
 
+    shapes, shape_range = api.parse_input_ranges(args.input_shape)
     result = split(args.model, args.out, devices=args.devices, objective=args.objective,
-                   input_shapes=api.parse_input_shapes(args.input_shape), pins=args.pin,
+                   input_shapes=shapes, shape_range=shape_range, pins=args.pin,
                    input_fills=api.parse_input_values(args.input_value),
                    method=args.method, time_limit=args.time_limit, force=args.force,
                    quiet=args.quiet or args.json, verify=not args.no_verify, profile=args.profile,
@@ -372,8 +379,9 @@ def _export(args) -> int:
     from . import api
     from .workflow import export_plan
 
+    shapes, shape_range = api.parse_input_ranges(args.input_shape)
     result = export_plan(args.model, args.plan, args.out, devices=args.devices,
-                         input_shapes=api.parse_input_shapes(args.input_shape), force=args.force,
+                         input_shapes=shapes, shape_range=shape_range, force=args.force,
                          input_fills=api.parse_input_values(args.input_value),
                          quiet=args.quiet or args.json, verify=not args.no_verify,
                          profile=args.profile, accelerator=args.accelerator,
@@ -423,13 +431,42 @@ def _print_split(result: dict, as_json: bool) -> int:
               f"{w['own_ms']:.3g} ms on {provider}")
     for v in result["violations"]:
         print(f"warning: the plan breaks: {v}")
+    _print_per_shape(result)
     if verify is not None:
+        where = f" (worst at {_shapes_text(verify['shapes'])})" if verify.get("shapes") else ""
         print(f"verify: max abs error {verify['max_abs_error']:.2g}, max rel error "
-              f"{verify['max_rel_error']:.2g} over {verify['outputs']} outputs"
+              f"{verify['max_rel_error']:.2g} over {verify['outputs']} outputs{where}"
               + (f" (tolerance {_tolerance_text(verify)})" if not bad else " -- ABOVE " + _tolerance_text(verify)))
     print(f"wrote {result['out']}: {' '.join(result['parts'])} manifest.json plan.json")
-    print(f"next: onnxsplit run {result['out']}   (measured beside onnxruntime's own sessions)")
+    at = ""
+    if result.get("per_shape"):
+        last = result["per_shape"][-1]["shapes"]
+        at = " " + " ".join(f"--shape {k}={'x'.join(map(str, v))}" for k, v in last.items())
+    print(f"next: onnxsplit run {result['out']}{at}   (measured beside onnxruntime's own sessions)")
     return 1 if bad else 0
+
+
+def _shapes_text(shapes: dict) -> str:
+    return " ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in shapes.items())
+
+
+def _print_per_shape(result: dict) -> None:
+    """The range's check shapes: each one's verification and promise."""
+    from . import ranges
+
+    rows = result.get("per_shape")
+    if not rows:
+        return
+    r = result["model"].get("shape_range") or {}
+    print(f"shapes: {' '.join(f'{k}={ranges.text(v)}' for k, v in r.items())}, planned at "
+          f"{_shapes_text(next((x['shapes'] for x in rows if x['planned']), {}))}")
+    print(f"  {'shape':<36} {'latency ms':>11} {'samples/s':>10}  verify")
+    for x in rows:
+        lat, tput = x.get("latency_ms"), x.get("throughput_per_s")
+        v = x["verify"]
+        print(f"  {_shapes_text(x['shapes']):<36} {lat if lat else float('nan'):>11.2f} "
+              f"{tput if tput else float('nan'):>10.1f}  {'ok' if v['ok'] else 'FAILED'}, max rel error "
+              f"{v['max_rel_error']:.2g}")
 
 
 def _tolerance_text(verify: dict) -> str:
@@ -449,6 +486,12 @@ def _run(args) -> int:
         from .running.runner import run_parts
 
     extra = {"address": args.address} if args.engine == "ray" else {}
+    if args.shape:
+        from . import api
+        from .running.manifest import inputs_at, read_manifest
+        from .running.runner import random_feeds
+
+        extra["feeds"] = random_feeds(inputs_at(read_manifest(args.parts), api.parse_input_shapes(args.shape)))
     result = run_parts(args.parts, model=args.model, samples=args.samples, warmup=args.warmup,
                        measure=not args.no_measure, fallback_cpu=args.fallback_cpu, **extra)
     bad = not result["verify"]["ok"]

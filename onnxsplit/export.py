@@ -191,7 +191,8 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
            force: bool = False, check: bool = True, optimization: str | None = None,
            replicas: Mapping[str, int] | None = None, session: Mapping[str, Any] | None = None,
            before_swap: Callable[[Path], None] | None = None,
-           device_ids: Mapping[str, int] | None = None, machines: Mapping[str, str] | None = None) -> Export:
+           device_ids: Mapping[str, int] | None = None, machines: Mapping[str, str] | None = None,
+           shape_range: Mapping[str, Any] | None = None) -> Export:
     """Write the parts of ``graph`` placed by ``device_of`` into the new folder ``out``.
 
     ``threads``: device -> intra-op threads its session should use (1 for a CPU core, 0
@@ -206,7 +207,9 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     ``before_swap(folder)`` checks the finished folder before it takes ``out``'s place (the
     runner's verification): if it raises, ``out`` is left as it was.
     ``predicted`` ({"latency_ms", "throughput_per_s"}) and ``plan`` go into the manifest;
-    ``files`` (name -> text) are written beside it.
+    ``files`` (name -> text) are written beside it.  ``shape_range`` (input -> [lo, hi]
+    per dimension, :mod:`onnxsplit.ranges`): the shapes the parts are made for, recorded as
+    ``model.shape_range``.
     ``force`` replaces an existing ``out``; otherwise an existing ``out`` is an error.
     """
     out = Path(out)
@@ -253,7 +256,9 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
                 raise OnnxsplitError(f"{what} is not a valid ONNX model: "
                                      f"{' '.join(str(e).split())[:300]}") from None
         manifest = _manifest(graph, parts, links, weights, threads or {}, predicted, plan, device_ids or {},
-                             machines or {})
+                             machines or {}, types)
+        if shape_range:
+            manifest["model"]["shape_range"] = {k: [list(d) for d in v] for k, v in shape_range.items()}
         for entry in manifest["parts"]:
             entry.update(level_fields(optimization, entry["execution_provider"] == CPU_EP))
             entry["replicas"] = int((replicas or {}).get(entry["device"], 1))
@@ -599,8 +604,23 @@ def _tensor_entry(graph: OpGraph, name: str) -> dict[str, Any]:
     return {"name": name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes}
 
 
+def input_dim_names(graph: OpGraph) -> dict[str, list[str | None]]:
+    """The model's name for each dimension of each input (:func:`_dim_names`)."""
+    model = graph.proto()
+    return {v.name: _dim_names(v.type) for v in model.graph.input if v.name in graph.inputs}
+
+
+def _dim_names(t: onnx.TypeProto) -> list[str | None]:
+    """The model's name for each dimension of an input (None where it has a fixed size
+    or no name): a size given for one input follows to the others by these names."""
+    if t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
+        return []
+    return [d.dim_param or None for d in t.tensor_type.shape.dim]
+
+
 def _manifest(graph: OpGraph, parts: list[Part], links: _Links, weights: "_WeightWriter", threads,
-              predicted, plan, device_ids: Mapping[str, int], machines: Mapping[str, str]) -> dict[str, Any]:
+              predicted, plan, device_ids: Mapping[str, int], machines: Mapping[str, str],
+              types: Mapping[str, onnx.TypeProto] | None = None) -> dict[str, Any]:
     producer, consumers = links
     device = {p.name: p.device for p in parts}
     entries = []
@@ -632,9 +652,11 @@ def _manifest(graph: OpGraph, parts: list[Part], links: _Links, weights: "_Weigh
             "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()},
             "nodes": len(graph.nodes),
             "inputs": [dict(_tensor_entry(graph, t), **({"fill": graph.input_fills[t]}
-                                                        if t in graph.input_fills else {}))
+                                                        if t in graph.input_fills else {}),
+                            **({"dims": _dim_names(types[t])} if t in (types or {}) else {}))
                        for t in graph.inputs],
-            "outputs": [dict(_tensor_entry(graph, t), **{"from": producer.get(t, MODEL_INPUT)})
+            "outputs": [dict(_tensor_entry(graph, t), **{"from": producer.get(t, MODEL_INPUT)},
+                             **({"dims": _dim_names(types[t])} if t in (types or {}) else {}))
                         for t in graph.outputs],
         },
         "weights": {"file": WEIGHTS if weights.count else None, "bytes": weights.offset,

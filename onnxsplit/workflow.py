@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from . import calibrate, machine
+from . import calibrate, machine, ranges
 from .providers import openvino
 from . import export as ex
 from .build import build_workload, choose_accelerators, pick_entries, providers_needed
@@ -37,7 +37,7 @@ from .plan import Plan, gap_of, read_json
 from .profile import ProfileFile, available_providers, ensure_profiled
 from .profile.devices import CPU_EP, describe, shares_cpu
 from .profile.measure import input_feeds
-from .running.runner import RunError, run_parts
+from .running.runner import RunError, random_feeds, run_parts
 from .shapes import bytes_text
 from .solve import evaluate, isolated, methods
 from .solve.throughput import dp
@@ -753,10 +753,14 @@ def _execution_problem(execution: Mapping[str, Any]) -> str | None:
 
 def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = False,
                 verify: bool = True, quiet: bool = False, feeds=None,
-                pinned: Mapping[int, str] | None = None, candidate=None) -> dict[str, Any]:
+                pinned: Mapping[int, str] | None = None, candidate=None,
+                shape_range: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Export ``plan`` (scored on ``candidate.workload`` and run as ``candidate.execution``
-    where given) and check the parts against the original model."""
+    where given) and check the parts against the original model (at each check shape of
+    ``shape_range``, where given: :func:`onnxsplit.ranges.check_shapes`)."""
     graph = prep.graph
+    if shape_range:
+        shape_range = ranges.complete(shape_range, ex.input_dim_names(graph), graph.input_shapes)
     workload = candidate.workload if candidate is not None else prep.workload
     execution = dict(candidate.execution) if candidate is not None else \
         dict(plan.details.get("execution") or {"cpu_threads": 1, "run_as": "pipeline"})
@@ -809,18 +813,23 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
 
         try:
             checked.update(run_parts(folder, model=graph.path, feeds=feeds, measure=False,
-                                     fallback_cpu=True, time_parts=timed))
+                                     fallback_cpu=True, time_parts=timed or bool(shape_range)))
         except RunError as e:
             if candidate is None or candidate.rival is None or not execution.get("shared"):
                 raise
             # a provider that shares the cores refused a part it took in whole (OpenVINO
             # compiles each part anew): the split gives way to its rival
             raise _SplitDoesNotPay(f"a part did not load as planned: {e}") from None
+        if shape_range:
+            _check_range(prep, folder, shape_range, checked, timed)
         seconds["verify"] = time.perf_counter() - t
-        if "part_ms" in checked:
+        if timed and "part_ms" in checked:
             _predict_from_parts(prep, machine.Candidate(plan, workload, execution, predicted),
                                 folder, checked["part_ms"],
-                                candidate.rival if candidate is not None else None)
+                                candidate.rival if candidate is not None else None,
+                                checked.get("per_shape"))
+        elif checked.get("per_shape"):
+            _scale_per_shape(predicted, checked["per_shape"], folder)
 
     seconds: dict[str, float] = dict(prep.seconds)
     try:
@@ -832,13 +841,14 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                          optimization=execution.get("optimization"), replicas=replicas,
                          session=session, before_swap=check,
                          device_ids=device_ids(workload, prep.cluster, prep.accelerator),
-                         machines=device_machines(workload, prep.cluster, prep.accelerator))
+                         machines=device_machines(workload, prep.cluster, prep.accelerator),
+                         shape_range=shape_range)
     except _SplitDoesNotPay as e:
         rival = candidate.rival
         rival.plan.details["why"] += f"; {e}"
         _say(quiet, "the split does not pay once its parts are timed: keeping the model whole")
         return write_parts(prep, rival.plan, out, force=force, verify=verify, quiet=quiet,
-                           feeds=feeds, pinned=pinned, candidate=rival)
+                           feeds=feeds, pinned=pinned, candidate=rival, shape_range=shape_range)
     seconds["export"] = time.perf_counter() - t - seconds.get("verify", 0.0)
     result: dict[str, Any] = {
         "out": str(exported.out),
@@ -856,6 +866,14 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
     wins = machine.provider_wins(prep.workload)
     if wins:
         result["providers"] = wins
+    if shape_range:
+        result["model"]["shape_range"] = ranges.as_json(shape_range)
+    if checked.get("per_shape"):
+        result["per_shape"] = [
+            {"shapes": r["shapes"], "planned": r["planned"],
+             "verify": {k: r["verify"].get(k) for k in ("ok", "max_abs_error", "max_rel_error")},
+             **{k: r[k] for k in ("latency_ms", "throughput_per_s") if k in r}}
+            for r in checked["per_shape"]]
     if checked:
         result["verify"] = checked["verify"]
         if "assignment" in checked:
@@ -868,13 +886,77 @@ class _SplitDoesNotPay(Exception):
     """A written split's parts, timed, promise less than its rival kept whole."""
 
 
+def _check_range(prep: Prepared, folder: Path, shape_range, checked: dict[str, Any], timed: bool) -> None:
+    """The staged parts run at the range's other check shapes (the planning shape's run
+    is ``checked``): each shape's verification (the worst becomes ``checked["verify"]``)
+    and, where ``timed``, its parts' times, in ``checked["per_shape"]``."""
+    planned = {k: tuple(v) for k, v in prep.graph.input_shapes.items()}
+    manifest = json.loads((folder / ex.MANIFEST).read_text())
+    rows = []
+    for shapes in ranges.check_shapes(shape_range, planned):
+        if shapes == planned:
+            got = checked
+        else:
+            specs = [dict(t, shape=list(shapes[t["name"]])) for t in manifest["model"]["inputs"]]
+            got = run_parts(folder, model=prep.graph.path, feeds=random_feeds(specs), measure=False,
+                            fallback_cpu=True, time_parts=timed)
+        rows.append({"shapes": {k: list(v) for k, v in shapes.items()}, "planned": shapes == planned,
+                     "verify": got["verify"], **({"part_ms": got["part_ms"]} if "part_ms" in got else {})})
+    worst = max(rows, key=lambda r: (not r["verify"]["ok"], r["verify"].get("max_rel_error") or 0.0))
+    checked["verify"] = dict(worst["verify"], shapes=worst["shapes"])
+    checked["per_shape"] = rows
+
+
+def _scale_per_shape(predicted: dict[str, Any], rows: list[dict[str, Any]], folder: Path) -> None:
+    """Each check shape's promise where the plan's own is a calibration's (the model kept
+    whole, copies): the planning shape's, scaled by how much longer its parts take there."""
+    base = next((r for r in rows if r["planned"]), None)
+    if base is None or "part_ms" not in base or not predicted.get("latency_ms"):
+        return
+    out = []
+    for r in rows:
+        entry = {"shapes": r["shapes"]}
+        if "part_ms" in r:
+            k = sum(r["part_ms"]) / max(sum(base["part_ms"]), 1e-9)
+            entry.update(latency_ms=predicted["latency_ms"] * k,
+                         throughput_per_s=predicted["throughput_per_s"] / k, scaled=True)
+            r.update({key: entry[key] for key in ("latency_ms", "throughput_per_s")})
+        out.append(entry)
+    predicted["per_shape"] = out
+    manifest = json.loads((folder / ex.MANIFEST).read_text())
+    manifest["predicted"]["per_shape"] = out
+    (folder / ex.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
 def _predict_from_parts(prep: Prepared, candidate, folder: Path, part_ms: list[float],
-                        rival=None) -> None:
+                        rival=None, per_shape: list[dict[str, Any]] | None = None) -> None:
     """Update ``candidate.predicted`` (and the staged manifest's) by what the parts' own
     times promise (machine.parts_prediction), the profile's figures kept beside; raise
-    _SplitDoesNotPay where that loses to ``rival``, the candidate kept whole."""
-    cpu_rec = prep.as_run["cpu"]
+    _SplitDoesNotPay where that loses to ``rival``, the candidate kept whole.  Each row of
+    ``per_shape`` with its parts' times gets its own promise (``predicted.per_shape``)."""
     manifest = json.loads((folder / ex.MANIFEST).read_text())
+    got = _parts_promise(prep, candidate, manifest, part_ms)
+    got["profile"] = {k: candidate.predicted.get(k) for k in ("latency_ms", "throughput_per_s")}
+    candidate.predicted.update(got)
+    manifest["predicted"].update(got)
+    if per_shape:
+        shapes = []
+        for row in per_shape:
+            if "part_ms" in row:
+                row.update({k: v for k, v in _parts_promise(prep, candidate, manifest, row["part_ms"]).items()
+                            if k in ("latency_ms", "throughput_per_s")})
+            shapes.append({k: row[k] for k in ("shapes", "latency_ms", "throughput_per_s") if k in row})
+        candidate.predicted["per_shape"] = manifest["predicted"]["per_shape"] = shapes
+    (folder / ex.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    if rival is not None and candidate.value(objective := candidate.plan.objective) > rival.value(objective):
+        raise _SplitDoesNotPay(
+            f"the split, written and timed part by part, promises {_promise(candidate, objective)} "
+            f"against {_promise(rival, objective)} whole")
+
+
+def _parts_promise(prep: Prepared, candidate, manifest: Mapping[str, Any], part_ms: list[float]) -> dict[str, Any]:
+    """What the parts' own times ``part_ms`` promise (machine.parts_prediction)."""
+    cpu_rec = prep.as_run["cpu"]
     parts = manifest["parts"] if manifest.get("run_as") != "session" else \
         [{"device": "session", "replicas": 1, "inputs": [], "outputs": []}]
     objective = candidate.plan.objective
@@ -889,14 +971,7 @@ def _predict_from_parts(prep: Prepared, candidate, folder: Path, part_ms: list[f
                 squeeze[p["device"]] = machine.cal.contention(rec, threads)
     got = machine.parts_prediction(parts, part_ms, machine.CallCosts.of(cpu_rec), squeeze)
     got["part_ms"] = [round(v, 6) for v in part_ms]
-    got["profile"] = {k: candidate.predicted.get(k) for k in ("latency_ms", "throughput_per_s")}
-    candidate.predicted.update(got)
-    manifest["predicted"].update(got)
-    (folder / ex.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    if rival is not None and candidate.value(objective) > rival.value(objective):
-        raise _SplitDoesNotPay(
-            f"the split, written and timed part by part, promises {_promise(candidate, objective)} "
-            f"against {_promise(rival, objective)} whole")
+    return got
 
 
 def runner_pieces(workload, plan: Plan) -> dict[int, int]:
@@ -946,9 +1021,12 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
           method: str = "auto", time_limit: float = 30.0, force: bool = False,
           quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
           accelerator: str | None = None, feeds=None,
-          input_fills: Mapping[str, float] | None = None, recalibrate: bool = False) -> dict[str, Any]:
+          input_fills: Mapping[str, float] | None = None, recalibrate: bool = False,
+          shape_range: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Place ``model`` on the devices and write the verified parts into ``out``
-    (``recalibrate``: measure the whole model as users run it again, see :func:`prepare`)."""
+    (``recalibrate``: measure the whole model as users run it again, see :func:`prepare`).
+    ``shape_range`` (:mod:`onnxsplit.ranges`): the parts are for every shape in it, planned
+    at ``input_shapes``, checked and timed at its corners too."""
     if objective not in ("throughput", "latency"):
         raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
     check_out(out, force, probe=True)
@@ -967,15 +1045,17 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
     cand = choose(prep, pinned_workload, objective, method, time_limit, pinned=bool(pinned))
     prep.seconds["solve"] = time.perf_counter() - t
     return write_parts(prep, cand.plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,
-                       pinned=pinned, candidate=cand)
+                       pinned=pinned, candidate=cand, shape_range=shape_range)
 
 
 def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
                 devices: str | Path | None = None, input_shapes=None, force: bool = False,
                 quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
                 accelerator: str | None = None, feeds=None,
-                input_fills: Mapping[str, float] | None = None, recalibrate: bool = False) -> dict[str, Any]:
-    """Re-apply a (possibly edited) plan.json to ``model`` and write its verified parts."""
+                input_fills: Mapping[str, float] | None = None, recalibrate: bool = False,
+                shape_range: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Re-apply a (possibly edited) plan.json to ``model`` and write its verified parts
+    (for every shape of ``shape_range``, as :func:`split`)."""
     check_out(out, force, probe=True)
     if not Path(plan_path).is_file():
         raise SplitError(f"plan file '{plan_path}' does not exist")
@@ -994,7 +1074,8 @@ def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
     if shared:
         prep = replace(prep, workload=_with_shared(prep, execution, plan_path))
     plan = read_plan_file(plan_path, prep.graph, prep.workload)
-    return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds)
+    return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,
+                       shape_range=shape_range)
 
 
 def _with_shared(prep: Prepared, execution: Mapping[str, Any], where) -> Any:

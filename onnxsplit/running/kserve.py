@@ -18,6 +18,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .. import ranges
+
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
 DATATYPES = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
@@ -44,19 +46,37 @@ def datatype_of(dtype: Any) -> str:
     raise ProtocolError(f"type {dtype} has no datatype in the protocol")
 
 
-def model_metadata(name: str, inputs, outputs) -> dict[str, Any]:
-    """GET /v2/models/NAME: the tensors as the manifest lists them ({name, dtype, shape})."""
+def model_metadata(name: str, inputs, outputs, shape_range=None) -> dict[str, Any]:
+    """GET /v2/models/NAME: the tensors as the manifest lists them ({name, dtype, shape});
+    with a ``shape_range``, -1 for a size that varies (as Triton says it), the range itself
+    in the tensor's ``parameters``."""
+    varying = {d for t in list(inputs) for d, (a, b) in zip(t.get("dims") or [], (shape_range or {}).get(
+        t["name"], [])) if d and a != b}
+
+    def shape_of(t) -> list[int]:
+        dims = (shape_range or {}).get(t["name"])
+        if dims is not None:
+            return [n if a == b else -1 for n, (a, b) in zip(t["shape"], dims)]
+        return [-1 if d in varying else n for n, d in zip(t["shape"], t.get("dims") or [None] * len(t["shape"]))]
+
     def tensors(specs):
-        return [{"name": t["name"], "datatype": datatype_of(t["dtype"]), "shape": list(t["shape"])}
-                for t in specs]
+        out = []
+        for t in specs:
+            entry = {"name": t["name"], "datatype": datatype_of(t["dtype"]), "shape": shape_of(t)}
+            if (shape_range or {}).get(t["name"]):
+                entry["parameters"] = {"shape_range": ranges.text(shape_range[t["name"]])}
+            out.append(entry)
+        return out
 
     return {"name": name, "versions": ["1"], "platform": "onnxruntime_onnx",
             "inputs": tensors(inputs), "outputs": tensors(outputs)}
 
 
-def decode_request(body: bytes, header_length: str | None, inputs) -> tuple[dict[str, np.ndarray], dict]:
+def decode_request(body: bytes, header_length: str | None, inputs,
+                   shape_range=None) -> tuple[dict[str, np.ndarray], dict]:
     """(feeds by name, how to answer) from an infer request; ``inputs``: the model's input
-    specs ({name, dtype, shape}), every one required, with exactly its shape and type."""
+    specs ({name, dtype, shape}), every one required, with exactly its type and its shape
+    (a shape inside ``shape_range``, input -> (lo, hi) per dimension, where given)."""
     try:
         size = int(header_length) if header_length is not None else len(body)
     except ValueError:
@@ -82,7 +102,10 @@ def decode_request(body: bytes, header_length: str | None, inputs) -> tuple[dict
         shape, datatype = t.get("shape"), t.get("datatype")
         if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
             raise ProtocolError(f"input '{name}': 'shape' must be a list of sizes")
-        if list(shape) != list(spec["shape"]):
+        if shape_range and name in shape_range:
+            if (why := ranges.outside({name: shape_range[name]}, {name: shape})):
+                raise ProtocolError(why.strip())
+        elif list(shape) != list(spec["shape"]):
             raise ProtocolError(f"input '{name}': shape {shape}, the model takes {list(spec['shape'])}")
         if datatype != datatype_of(spec["dtype"]):
             raise ProtocolError(f"input '{name}': datatype {datatype!r}, the model takes "

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import ranges
 from ..errors import RunError
 from ..export import ANNOTATED, FORMAT, MANIFEST
 
@@ -70,6 +71,13 @@ def field_problem(m: Mapping[str, Any]) -> str | None:
         if not isinstance(t.get("shape"), list) or not isinstance(t.get("dtype"), str) or not all(
                 isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in t["shape"]):
             return f"model.inputs[{i}] needs a 'dtype' and a 'shape' of integers >= 0"
+    for i, t in enumerate(model["inputs"]):
+        dims = t.get("dims")
+        if dims is not None and (not isinstance(dims, list) or not all(d is None or isinstance(d, str)
+                                                                      for d in dims)):
+            return f"model.inputs[{i}].dims must be a list of dimension names (or null)"
+    if (why := _range_problem(model)):
+        return why
     parts = m.get("parts")
     if not isinstance(parts, list) or not parts:
         return "'parts' must be a non-empty list"
@@ -93,6 +101,60 @@ def field_problem(m: Mapping[str, Any]) -> str | None:
     if m.get("run_as", "pipeline") not in ("pipeline", "session"):
         return "'run_as' must be 'pipeline' or 'session'"
     return None
+
+
+def _range_problem(model: Mapping[str, Any]) -> str | None:
+    """What is wrong with ``model.shape_range`` (inputs it names, the planned shapes in it)."""
+    try:
+        r = ranges.from_json(model.get("shape_range"))
+    except ValueError as e:
+        return f"model.shape_range: {e}"
+    if r is None:
+        return None
+    names = {t["name"] for t in model["inputs"]}
+    for k in r:
+        if k not in names:
+            return f"model.shape_range names '{k}', which is not an input of the model"
+    why = ranges.outside(r, {t["name"]: t["shape"] for t in model["inputs"]})
+    return f"model.inputs do not lie in model.shape_range:{why}" if why else None
+
+
+def shape_range(m: Mapping[str, Any]) -> ranges.Range | None:
+    """The shapes a (checked) manifest's parts are made for, or None: its one shape."""
+    return ranges.from_json(m["model"].get("shape_range"))
+
+
+def inputs_at(m: Mapping[str, Any], given: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The model's input specs at the shapes ``given`` (input -> sizes; the others follow
+    by dimension names, :func:`onnxsplit.ranges.follow_names`), checked: in the manifest's
+    range (its one shape where it has none) and one sample within the memory limit.
+    RunError with one line."""
+    from .. import limits
+    from ..shapes import bytes_text
+
+    specs = m["model"]["inputs"]
+    unknown = [k for k in given if k not in {t["name"] for t in specs}]
+    if unknown:
+        raise RunError(f"--shape names '{unknown[0]}', which is not an input of the model "
+                       f"(inputs: {', '.join(t['name'] for t in specs)})")
+    shapes = ranges.follow_names({k: tuple(v) for k, v in given.items()}, specs)
+    r = shape_range(m) or {t["name"]: [(n, n) for n in t["shape"]] for t in specs}
+    why = ranges.outside(r, shapes)
+    if why:
+        made = "made for" if is_range(m) else "made for the one shape"
+        raise RunError(f"shape outside what the parts are {made}:{why}")
+    out = [dict(t, shape=list(shapes[t["name"]]),
+                bytes=int(math.prod(shapes[t["name"]]) * _ITEMSIZE.get(_dtype(t["dtype"]), 0)))
+           for t in specs]
+    total = sum(t["bytes"] for t in out)
+    if total > limits.limit_bytes():
+        raise RunError(f"one sample at that shape takes {bytes_text(total)}, above the memory limit of "
+                       f"{bytes_text(limits.limit_bytes())} (--memory-limit)")
+    return out
+
+
+def is_range(m: Mapping[str, Any]) -> bool:
+    return ranges.is_range(shape_range(m))
 
 
 def _graph_io(path: Path) -> tuple[dict[str, tuple[str, list]], dict[str, tuple[str, list]]] | str:
@@ -172,6 +234,8 @@ def parts_problem(folder: Path, m: Mapping[str, Any]) -> str | None:
                 if (why := _tensor_problem(t, f"{where}.{key}[{k}]", have[t["name"]])):
                     return why
     total = 0.0
+    r = shape_range(m)
+    largest = ranges.corners(r)[1] if r else {}  # (the largest sample the range lets in)
     for i, t in enumerate(m["model"]["inputs"]):
         where = f"model.inputs[{i}]"
         if (why := _tensor_problem(t, where, declared_in.get(t["name"]))):
@@ -182,9 +246,9 @@ def parts_problem(folder: Path, m: Mapping[str, Any]) -> str | None:
         nbytes = float(math.prod(t["shape"])) * size
         if isinstance(t.get("bytes"), int) and not isinstance(t["bytes"], bool) and t["bytes"] != nbytes:
             return f"{where}.bytes is {t['bytes']}, but {t['dtype']} of shape {t['shape']} is {int(nbytes)}"
-        total += nbytes
+        total += float(math.prod(largest.get(t["name"], t["shape"]))) * size
     if total > limits.limit_bytes():
-        return (f"model.inputs: one sample of shape "
-                f"{', '.join(str(t['shape']) for t in m['model']['inputs'])} takes {bytes_text(total)}, "
+        shapes = ", ".join(str(list(largest.get(t["name"], t["shape"]))) for t in m["model"]["inputs"])
+        return (f"model.inputs: one sample of shape {shapes} takes {bytes_text(total)}, "
                 f"above the memory limit of {bytes_text(limits.limit_bytes())} (--memory-limit)")
     return None

@@ -818,6 +818,13 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
         "verify": verify,
         "predicted": parts.manifest.get("predicted"),
     }
+    at = {t["name"]: list(np.shape(feeds[t["name"]])) for t in parts.inputs}
+    if parts.manifest.get("model") and at != {t["name"]: list(t["shape"]) for t in parts.inputs}:
+        # another shape of the range: its own promise where the split made one, else none
+        result["shapes"] = at
+        pred = result["predicted"] or {}
+        result["predicted"] = next((dict(p, single_device=None) for p in pred.get("per_shape") or []
+                                    if p.get("shapes") == at and p.get("latency_ms")), None)
     if parts.assignment is not None:
         result["assignment"] = parts.assignment
     if time_parts and not result["fell_back"] and verify["ok"]:
@@ -839,7 +846,7 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
         # the machine's own drift since the split was predicted: a default session (or
         # the copies) measured now against the calibration's figure for it
         drift = {name: _errors(base[name], cal) for name, cal in (pred.get("baselines") or {}).items()
-                 if "error" not in base.get(name, {"error": None})}
+                 if "error" not in base.get(name, {"error": None}) and "shapes" not in result}
         if drift:
             result["drift"] = drift
         if pred.get("throughput_per_s") and pred.get("latency_ms"):

@@ -6,7 +6,8 @@ One deployment per part (resources as :func:`onnxsplit.running.ray_engine.actor_
 them) and a gateway that answers the protocol's routes and composes the parts through
 their handles.  The gateway holds ``max_ongoing`` requests and queues ``max_queued``;
 beyond that Serve answers 503 (back-pressure).  A bad request gets a 400 with one line, a
-failing part a 500 naming it.  Parts keep their exported shapes: requests are not batched.
+failing part a 500 naming it.  A request takes the parts' shape, or any shape of their
+range (``model.shape_range``).
 
 Write-up: docs/machine.md (Running on Ray and serving).
 """
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import interrupt
+from .. import interrupt, ranges
 from .kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata, request_id
 from .ray_engine import PartActor, actor_plans, ray_module, ship_parts, start, stop
 from .runner import RunError, read_manifest, session_spec
@@ -42,6 +43,7 @@ class Gateway:
         self.name, self.parts, self.deps, self.final = name, parts, deps, final
         self.inputs = manifest["model"]["inputs"]
         self.outputs = manifest["model"]["outputs"]
+        self.shape_range = ranges.from_json(manifest["model"].get("shape_range"))
         self.served = 0
 
     async def __call__(self, request):
@@ -57,11 +59,11 @@ class Gateway:
                     return JSONResponse({"name": "onnxsplit", "version": "1",
                                          "extensions": ["binary_tensor_data"]})
                 if path in (model, f"{model}/versions/1"):
-                    return JSONResponse(model_metadata(self.name, self.inputs, self.outputs))
+                    return JSONResponse(model_metadata(self.name, self.inputs, self.outputs, self.shape_range))
             elif request.method == "POST" and path in (f"{model}/infer", f"{model}/versions/1/infer"):
                 body = await request.body()
                 length = request.headers.get(HEADER_LENGTH)
-                feeds, answer = decode_request(body, length, self.inputs)
+                feeds, answer = decode_request(body, length, self.inputs, self.shape_range)
                 outputs = await self._infer(feeds)
                 data, headers = encode_response(self.name, outputs, answer, request_id(body, length))
                 self.served += 1
