@@ -171,3 +171,18 @@ def complete(r: Mapping[str, list[tuple[int, int]]], dim_names: Mapping[str, lis
         names = list(dim_names.get(k) or [None] * len(shape))
         out[k] = [by_name[d][0] if d in by_name else (n, n) for d, n in zip(names, shape)]
     return out
+
+
+def planning(r: Mapping[str, Any] | None, shapes: Mapping[str, Iterable[int]] | None) -> Shapes | None:
+    """The shapes to plan at: ``shapes`` (checked to lie in ``r``), else the range's middle
+    (the API's route; the command line's parse gives both)."""
+    if not r:
+        return dict(shapes) if shapes is not None else None
+    r = {k: [(int(a), int(b)) for a, b in dims] for k, dims in r.items()}
+    if any(a > b for dims in r.values() for a, b in dims):
+        raise OnnxsplitError("shape_range: a range runs backwards (lo above hi)")
+    out = dict(middle(r))
+    out.update({k: tuple(v) for k, v in (shapes or {}).items()})
+    if (why := outside(r, out)):
+        raise OnnxsplitError(f"the planning shape lies outside the range:{why}")
+    return out

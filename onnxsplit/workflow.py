@@ -1030,6 +1030,7 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
     if objective not in ("throughput", "latency"):
         raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
     check_out(out, force, probe=True)
+    input_shapes = ranges.planning(shape_range, input_shapes)
     pins = list(pins)
     applied = []  # (the calibration leaves the workload as it was: pinned once, before it)
 
@@ -1057,6 +1058,7 @@ def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
     """Re-apply a (possibly edited) plan.json to ``model`` and write its verified parts
     (for every shape of ``shape_range``, as :func:`split`)."""
     check_out(out, force, probe=True)
+    input_shapes = ranges.planning(shape_range, input_shapes)
     if not Path(plan_path).is_file():
         raise SplitError(f"plan file '{plan_path}' does not exist")
     data = read_json(plan_path)

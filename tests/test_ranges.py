@@ -202,3 +202,13 @@ def test_one_sample_of_the_largest_shape_is_held_to_the_memory_limit(ranged, tmp
     with pytest.raises(RunError, match=r"one sample of shape \[100000000000, 16\] takes .* above the memory limit"):
         read_manifest(copy)
     assert limits.limit_bytes() < 10**11 * 16 * 4
+
+
+def test_the_api_plans_at_the_middle_and_refuses_a_planning_shape_outside():
+    r = {"x": [(1, 8), (16, 16)]}
+    assert ranges.planning(r, None) == {"x": (3, 16)}
+    assert ranges.planning(r, {"x": (8, 16)}) == {"x": (8, 16)}
+    with pytest.raises(OnnxsplitError, match="planning shape lies outside the range: input 'x'"):
+        ranges.planning(r, {"x": (9, 16)})
+    with pytest.raises(OnnxsplitError, match="runs backwards"):
+        ranges.planning({"x": [(8, 1)]}, None)
