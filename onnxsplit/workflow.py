@@ -821,7 +821,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
             # compiles each part anew): the split gives way to its rival
             raise _SplitDoesNotPay(f"a part did not load as planned: {e}") from None
         if shape_range:
-            _check_range(prep, folder, shape_range, checked, timed)
+            _check_range(prep, folder, shape_range, checked)
         seconds["verify"] = time.perf_counter() - t
         if timed and "part_ms" in checked:
             _predict_from_parts(prep, machine.Candidate(plan, workload, execution, predicted),
@@ -886,10 +886,10 @@ class _SplitDoesNotPay(Exception):
     """A written split's parts, timed, promise less than its rival kept whole."""
 
 
-def _check_range(prep: Prepared, folder: Path, shape_range, checked: dict[str, Any], timed: bool) -> None:
+def _check_range(prep: Prepared, folder: Path, shape_range, checked: dict[str, Any]) -> None:
     """The staged parts run at the range's other check shapes (the planning shape's run
     is ``checked``): each shape's verification (the worst becomes ``checked["verify"]``)
-    and, where ``timed``, its parts' times, in ``checked["per_shape"]``."""
+    and its parts' times, in ``checked["per_shape"]``."""
     planned = {k: tuple(v) for k, v in prep.graph.input_shapes.items()}
     manifest = json.loads((folder / ex.MANIFEST).read_text())
     rows = []
@@ -899,7 +899,7 @@ def _check_range(prep: Prepared, folder: Path, shape_range, checked: dict[str, A
         else:
             specs = [dict(t, shape=list(shapes[t["name"]])) for t in manifest["model"]["inputs"]]
             got = run_parts(folder, model=prep.graph.path, feeds=random_feeds(specs), measure=False,
-                            fallback_cpu=True, time_parts=timed)
+                            fallback_cpu=True, time_parts=True)
         rows.append({"shapes": {k: list(v) for k, v in shapes.items()}, "planned": shapes == planned,
                      "verify": got["verify"], **({"part_ms": got["part_ms"]} if "part_ms" in got else {})})
     worst = max(rows, key=lambda r: (not r["verify"]["ok"], r["verify"].get("max_rel_error") or 0.0))

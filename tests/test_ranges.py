@@ -212,3 +212,17 @@ def test_the_api_plans_at_the_middle_and_refuses_a_planning_shape_outside():
         ranges.planning(r, {"x": (9, 16)})
     with pytest.raises(OnnxsplitError, match="runs backwards"):
         ranges.planning({"x": [(8, 1)]}, None)
+
+
+def test_a_model_kept_whole_promises_at_every_check_shape(tmp_path, capsys):
+    """Without a split to time part by part, each shape's promise is the calibrated one
+    scaled by the model's own time there: bigger batches, fewer samples a second."""
+    model = batched_mlp(tmp_path / "m.onnx")
+    assert main([str(model), "--input-shape", "x=1..64x16", "--out", str(tmp_path / "p"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = result["per_shape"]
+    assert [r["shapes"]["x"][0] for r in rows] == [1, 8, 64]
+    assert all(r["verify"]["ok"] and r["latency_ms"] > 0 for r in rows)
+    planned = rows[1]
+    assert planned["throughput_per_s"] == pytest.approx(result["predicted"]["throughput_per_s"])
+    assert rows[0]["latency_ms"] < rows[2]["latency_ms"]
