@@ -80,16 +80,23 @@ def _build(kind: str):
     raise SystemExit(f"unknown model '{kind}' (known: {', '.join(SHAPES)})")
 
 
-def build(kind: str, out: Path) -> Path:
+def build(kind: str, out: Path, dynamic: bool = False) -> Path:
+    """``dynamic``: ``KIND_dyn.onnx`` with its batch (and sequence) dimensions left free
+    and named, for shape ranges (``--input-shape input_ids=1..8x16..128``)."""
     import torch
 
     model, args, names = _build(kind)
     model.eval()
     model.config.return_dict = False
-    path = out / f"{kind}.onnx"
+    path = out / (f"{kind}_dyn.onnx" if dynamic else f"{kind}.onnx")
+    extra = {}
+    if dynamic:
+        batch, seq = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("sequence", min=2, max=1024)
+        axes = {0: batch, 1: seq} if len(args) == 2 else {0: batch}
+        extra["dynamic_shapes"] = (tuple(dict(axes) for _ in args),)  # (forward takes *args)
     with torch.no_grad():
         torch.onnx.export(_First(model), args, str(path), dynamo=True, external_data=True,
-                          input_names=names, opset_version=20, optimize=True, verbose=False)
+                          input_names=names, opset_version=20, optimize=True, verbose=False, **extra)
     return path
 
 
@@ -128,6 +135,8 @@ def main(argv=None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--models", default="vit_s,gpt2_6,t5_enc,resnet50")
     ap.add_argument("--refill", type=Path, help="refill this model's external weights instead")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="leave batch and sequence free (KIND_dyn.onnx), for shape ranges")
     args = ap.parse_args(argv)
     if args.refill:
         refill(args.refill)
@@ -135,8 +144,8 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for kind in args.models.split(","):
         t = time.perf_counter()
-        path = build(kind, args.out)
-        size = sum(p.stat().st_size for p in args.out.glob(f"{kind}.onnx*"))
+        path = build(kind, args.out, args.dynamic)
+        size = sum(p.stat().st_size for p in args.out.glob(f"{path.name}*"))
         print(f"{path}: {size / 1e6:.1f} MB in {time.perf_counter() - t:.0f} s; "
               f"shapes {SHAPES[kind]}", flush=True)
     return 0
