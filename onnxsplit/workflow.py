@@ -948,10 +948,37 @@ def _predict_from_parts(prep: Prepared, candidate, folder: Path, part_ms: list[f
             shapes.append({k: row[k] for k in ("shapes", "latency_ms", "throughput_per_s") if k in row})
         candidate.predicted["per_shape"] = manifest["predicted"]["per_shape"] = shapes
     (folder / ex.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    if rival is not None and candidate.value(objective := candidate.plan.objective) > rival.value(objective):
+    objective = candidate.plan.objective
+    if rival is None:
+        return
+    over = _over_the_range(per_shape or [], rival, objective)
+    if over is not None and over < 1:
+        raise _SplitDoesNotPay(
+            f"the split, written and timed part by part at the range's check shapes, promises "
+            f"{over:.2f}x the model kept whole (geometric mean over the shapes)")
+    if over is None and candidate.value(objective) > rival.value(objective):
         raise _SplitDoesNotPay(
             f"the split, written and timed part by part, promises {_promise(candidate, objective)} "
             f"against {_promise(rival, objective)} whole")
+
+
+def _over_the_range(rows: list[dict[str, Any]], rival, objective: str) -> float | None:
+    """A split's speed over ``rival`` (the model kept whole) across a range's check shapes,
+    their geometric mean (above 1: the split is faster), or None without a range: the
+    whole model's promise at each shape is its calibrated one scaled by how much longer
+    the model takes there (its parts' times summed), so the split's fixed costs per call,
+    which weigh most at small shapes, decide."""
+    key = "throughput_per_s" if objective == "throughput" else "latency_ms"
+    rows = [r for r in rows if r.get("part_ms") and r.get(key)]
+    base = next((r for r in rows if r.get("planned")), None)
+    if len(rows) < 2 or base is None or not rival.predicted.get(key):
+        return None
+    logs = []
+    for r in rows:
+        k = sum(r["part_ms"]) / max(sum(base["part_ms"]), 1e-9)
+        whole = rival.predicted[key] / k if objective == "throughput" else rival.predicted[key] * k
+        logs.append(np.log(r[key] / whole if objective == "throughput" else whole / r[key]))
+    return float(np.exp(np.mean(logs)))
 
 
 def _parts_promise(prep: Prepared, candidate, manifest: Mapping[str, Any], part_ms: list[float]) -> dict[str, Any]:

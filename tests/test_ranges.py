@@ -226,3 +226,20 @@ def test_a_model_kept_whole_promises_at_every_check_shape(tmp_path, capsys):
     planned = rows[1]
     assert planned["throughput_per_s"] == pytest.approx(result["predicted"]["throughput_per_s"])
     assert rows[0]["latency_ms"] < rows[2]["latency_ms"]
+
+
+def test_a_split_for_a_range_is_weighed_against_the_whole_model_at_every_check_shape():
+    from types import SimpleNamespace
+
+    from onnxsplit.workflow import _over_the_range
+
+    rival = SimpleNamespace(predicted={"throughput_per_s": 100.0, "latency_ms": 10.0})
+    rows = [  # the split: 1.5x at the planning shape, but its calls' cost loses at the small one
+        {"planned": False, "part_ms": [0.5, 0.5], "throughput_per_s": 400.0, "latency_ms": 4.0},
+        {"planned": True, "part_ms": [5.0, 5.0], "throughput_per_s": 150.0, "latency_ms": 9.0},
+        {"planned": False, "part_ms": [20.0, 20.0], "throughput_per_s": 40.0, "latency_ms": 36.0},
+    ]
+    # whole, scaled by the parts' summed times: 1000/s, 100/s, 25/s; 1 ms, 10 ms, 40 ms
+    assert _over_the_range(rows, rival, "throughput") == pytest.approx((0.4 * 1.5 * 1.6) ** (1 / 3))
+    assert _over_the_range(rows, rival, "latency") == pytest.approx((0.25 * (10 / 9) * (40 / 36)) ** (1 / 3))
+    assert _over_the_range(rows[1:2], rival, "throughput") is None  # one shape: no range to weigh
