@@ -293,6 +293,18 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--fallback-cpu", action="store_true",
                     help="serve a part whose execution provider the cluster lacks on a CPU")
     sv.add_argument("--ready-file", metavar="FILE", help=argparse.SUPPRESS)
+    bt = sv.add_argument_group("dynamic batching", "Concurrent requests whose shapes differ only in dimension 0 "
+                               "run through the parts as one batch (where the parts were exported for a "
+                               "range in which dimension 0 varies; Triton's option names)")
+    bt.add_argument("--max-batch-size", type=_at_least(1), metavar="N",
+                    help="rows in one batch (default: the upper end of the batch dimension's range)")
+    bt.add_argument("--max-queue-delay-microseconds", type=_at_least(0), metavar="N",
+                    help="how long the oldest request may wait for others to join its batch (default 1000)")
+    bt.add_argument("--preferred-batch-size", type=_at_least(1), action="append", default=[], metavar="N",
+                    help="a batch size sent as soon as it is reached; repeatable")
+    bt.add_argument("--no-batching", action="store_true", help="run each request alone")
+    sv.add_argument("--request-timeout-ms", type=_at_least(1), metavar="N",
+                    help="answer 504 to a request not answered within N ms (default: no limit)")
 
     dv = sub.add_parser("devices", help="print this machine's cluster spec",
                         description="Print this machine's devices and links as a cluster spec "
@@ -821,7 +833,10 @@ def _serve(args) -> int:
     from .running.serve import serve_parts
 
     return serve_parts(args.parts, port=args.port, host=args.host, name=args.name, address=args.address,
-                       fallback_cpu=args.fallback_cpu, ready_file=args.ready_file)
+                       fallback_cpu=args.fallback_cpu, ready_file=args.ready_file,
+                       batching=not args.no_batching, max_batch_size=args.max_batch_size,
+                       max_queue_delay_microseconds=args.max_queue_delay_microseconds,
+                       preferred_batch_size=args.preferred_batch_size, request_timeout_ms=args.request_timeout_ms)
 
 
 def _devices(args) -> int:

@@ -6,8 +6,14 @@ One deployment per part (resources as :func:`onnxsplit.running.ray_engine.actor_
 them) and a gateway that answers the protocol's routes and composes the parts through
 their handles.  The gateway holds ``max_ongoing`` requests and queues ``max_queued``;
 beyond that Serve answers 503 (back-pressure).  A bad request gets a 400 with one line, a
-failing part a 500 naming it.  A request takes the parts' shape, or any shape of their
-range (``model.shape_range``).
+failing part a 500 naming it, a request past ``--request-timeout-ms`` a 504.  A request
+takes the parts' shape, or any shape of their range (``model.shape_range``).
+
+Where the range lets dimension 0 vary (the batch dimension), the gateway batches
+concurrent requests (:mod:`onnxsplit.running.batching`: Triton's dynamic batcher options;
+``--no-batching`` turns it off), so the parts run fewer, larger calls.
+``GET /v2/models/NAME/stats`` reports what ran, as Triton's statistics extension does,
+with the requests each execution carried.
 
 Write-up: docs/machine.md (Running on Ray and serving).
 """
@@ -21,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import interrupt, ranges
+from .batching import Batcher, Options, Stats, Timeout, batch_dimension
+from .batching import options as batch_options
 from .kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata, request_id
 from .ray_engine import PartActor, actor_plans, ray_module, ship_parts, start, stop
 from .runner import RunError, read_manifest, session_spec
@@ -39,12 +47,54 @@ PROXY_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_HEA
 class Gateway:
     """The protocol's routes; infer runs the parts in order through their handles."""
 
-    def __init__(self, name: str, manifest: dict, deps: list[list[int]], final: list[int], *parts):
+    def __init__(self, name: str, manifest: dict, deps: list[list[int]], final: list[int], *parts,
+                 batching: Options | None = None, why: str = "", timeout_s: float | None = None,
+                 in_flight: int = 1):
+        """``batching``: the batcher's options (None: each request runs alone, ``why``);
+        ``timeout_s``: a request's longest stay in the gateway; ``in_flight``: batches
+        run at once."""
         self.name, self.parts, self.deps, self.final = name, parts, deps, final
         self.inputs = manifest["model"]["inputs"]
         self.outputs = manifest["model"]["outputs"]
         self.shape_range = ranges.from_json(manifest["model"].get("shape_range"))
+        self.has_rows = batch_dimension(manifest["model"])[0] is not None
+        self.timeout_s = timeout_s
+        self.stats = Stats()
+        self.batcher = None if batching is None else Batcher(
+            self._infer, batching, [t["name"] for t in self.inputs], max_in_flight=in_flight, stats=self.stats)
+        self.why = why
         self.served = 0
+
+    def _batching(self) -> dict[str, Any]:
+        """The batcher's settings for the stats route (or why there is none)."""
+        if self.batcher is None:
+            return {"enabled": False, "why_not": self.why}
+        o = self.batcher.options
+        info = {"enabled": self.batcher.off is None, "max_batch_size": o.max_batch_size,
+                "max_queue_delay_microseconds": o.max_queue_delay_microseconds,
+                "preferred_batch_size": list(o.preferred_batch_size), "max_in_flight": self.batcher.max_in_flight}
+        if self.batcher.off:
+            info["why_not"] = self.batcher.off
+        return info
+
+    async def _answer(self, feeds: dict) -> dict:
+        """The request's outputs: through the batcher, or alone."""
+        import asyncio
+
+        if self.batcher is not None:
+            return await self.batcher.submit(feeds, self.timeout_s)
+
+        async def alone():
+            begin = time.perf_counter_ns()
+            out = await self._infer(feeds)
+            rows = next(iter(feeds.values())).shape[0] if self.has_rows else 1
+            self.stats.execution(int(rows), 1, time.perf_counter_ns() - begin)
+            return out
+
+        try:
+            return await asyncio.wait_for(alone(), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise Timeout(f"no answer within the request timeout of {self.timeout_s * 1000:g} ms") from None
 
     async def __call__(self, request):
         from starlette.responses import JSONResponse, Response
@@ -60,12 +110,19 @@ class Gateway:
                                          "extensions": ["binary_tensor_data"]})
                 if path in (model, f"{model}/versions/1"):
                     return JSONResponse(model_metadata(self.name, self.inputs, self.outputs, self.shape_range))
+                if path in ("/v2/models/stats", f"{model}/stats", f"{model}/versions/1/stats"):
+                    return JSONResponse(self.stats.triton(self.name, self._batching()))
             elif request.method == "POST" and path in (f"{model}/infer", f"{model}/versions/1/infer"):
-                body = await request.body()
-                length = request.headers.get(HEADER_LENGTH)
-                feeds, answer = decode_request(body, length, self.inputs, self.shape_range)
-                outputs = await self._infer(feeds)
-                data, headers = encode_response(self.name, outputs, answer, request_id(body, length))
+                begin, ok = time.perf_counter_ns(), False
+                try:
+                    body = await request.body()
+                    length = request.headers.get(HEADER_LENGTH)
+                    feeds, answer = decode_request(body, length, self.inputs, self.shape_range)
+                    outputs = await self._answer(feeds)
+                    data, headers = encode_response(self.name, outputs, answer, request_id(body, length))
+                    ok = True
+                finally:
+                    self.stats.request(ok, time.perf_counter_ns() - begin)
                 self.served += 1
                 return Response(data, headers=headers)
             if path.startswith("/v2/models/") and not path.startswith(model + "/") and path != model:
@@ -73,6 +130,8 @@ class Gateway:
             return JSONResponse({"error": f"no route {request.method} {path}"}, 404)
         except ProtocolError as e:
             return JSONResponse({"error": str(e)}, 400)
+        except Timeout as e:
+            return JSONResponse({"error": str(e)}, 504)
         except Exception as e:  # a part failed: its own error, one line
             return JSONResponse({"error": _one_line(e)}, 500)
 
@@ -95,15 +154,24 @@ def _one_line(e: BaseException) -> str:
 
 
 def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu: bool = False,
-                max_ongoing: int = MAX_ONGOING, max_queued: int = MAX_QUEUED, ship: bool = False):
+                max_ongoing: int = MAX_ONGOING, max_queued: int = MAX_QUEUED, ship: bool = False,
+                batching: bool = True, max_batch_size: int | None = None,
+                max_queue_delay_microseconds: int | None = None, preferred_batch_size=(),
+                request_timeout_ms: int | None = None):
     """The Serve application of a parts folder (Ray must be running: it reads the
     cluster's resources to size each part's deployment).  ``ship``: the part files go
-    to the replicas through the object store (a cluster whose nodes do not see them)."""
+    to the replicas through the object store (a cluster whose nodes do not see them).
+    ``batching`` and the batcher's options: :func:`onnxsplit.running.batching.options`;
+    with batching the gateway holds enough requests to fill every batch in flight and
+    the next one."""
     from ray import serve
 
     ray = ray_module()
     folder = Path(parts_dir).resolve()
     manifest = read_manifest(folder)
+    batched, why = batch_options(manifest["model"], enabled=batching, max_batch_size=max_batch_size,
+                                 max_queue_delay_microseconds=max_queue_delay_microseconds,
+                                 preferred_batch_size=preferred_batch_size)
     specs = [session_spec(folder, manifest)] if manifest.get("run_as") == "session" else list(manifest["parts"])
     name = name or Path(manifest["model"]["path"]).stem
     outs = [[o["name"] for o in p["outputs"]] for p in specs]
@@ -119,35 +187,55 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
                                 ray_actor_options=opts, max_ongoing_requests=2)
         bound.append(part.bind(p, str(folder), shipped.get(p["file"]), providers, threads, level == "all",
                                device_id))
+    # one batch per part copy keeps every part busy; one more hides the hand-over between them
+    in_flight = sum(max(1, int(p.get("replicas") or 1)) for p in specs) + 1
+    if batched is not None:
+        max_ongoing = max(max_ongoing, (in_flight + 1) * batched.max_batch_size)
     gateway = serve.deployment(Gateway, name="gateway", max_ongoing_requests=max_ongoing,
                                max_queued_requests=max_queued, ray_actor_options={"num_cpus": 0})
-    return gateway.bind(name, manifest, deps, final, *bound), name
+    timeout_s = request_timeout_ms / 1000 if request_timeout_ms else None
+    return gateway.bind(name, manifest, deps, final, *bound, batching=batched, why=why, timeout_s=timeout_s,
+                        in_flight=in_flight), name
 
 
 def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0.1", name: str | None = None,
                 address: str | None = None, fallback_cpu: bool = False, quiet: bool = False,
-                ready_file: str | Path | None = None) -> int:
+                ready_file: str | Path | None = None, batching: bool = True, max_batch_size: int | None = None,
+                max_queue_delay_microseconds: int | None = None, preferred_batch_size=(),
+                request_timeout_ms: int | None = None) -> int:
     """Serve until interrupted (Ctrl-C); a Ray this started is shut down at the end.
-    ``ready_file``: written (with the URL) once the endpoint answers."""
+    ``ready_file``: written (with the URL) once the endpoint answers.  ``batching`` and
+    the batcher's options: :func:`onnxsplit.running.batching.options` (checked before Ray
+    starts); ``request_timeout_ms``: a request's longest stay (None: no limit)."""
     import sys
 
     from ray import serve
 
     import logging
 
-    read_manifest(parts_dir)  # a bad folder is said before Ray starts
+    manifest = read_manifest(parts_dir)  # a bad folder, or batching it cannot do, is said before Ray starts
+    batch = {"batching": batching, "max_batch_size": max_batch_size,
+             "max_queue_delay_microseconds": max_queue_delay_microseconds,
+             "preferred_batch_size": tuple(preferred_batch_size or ())}
+    batched, why = batch_options(manifest["model"], enabled=batching, max_batch_size=max_batch_size,
+                                 max_queue_delay_microseconds=max_queue_delay_microseconds,
+                                 preferred_batch_size=preferred_batch_size or ())
+    if request_timeout_ms is not None and request_timeout_ms <= 0:
+        raise RunError(f"--request-timeout-ms must be at least 1, got {request_timeout_ms}")
     proxy_env = {k: v for k, v in PROXY_ENV.items() if k not in os.environ} if address is None else {}
     started = start(address)
     logging.getLogger("ray.serve").setLevel(logging.ERROR)  # its progress notes are not the user's
     try:
         serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "ERROR"},
                     controller_options={"runtime_env": {"env_vars": proxy_env}} if proxy_env else None)
-        app, name = application(parts_dir, name, fallback_cpu=fallback_cpu, ship=address is not None)
+        app, name = application(parts_dir, name, fallback_cpu=fallback_cpu, ship=address is not None,
+                                request_timeout_ms=request_timeout_ms, **batch)
         serve.run(app, name=name, route_prefix="/", blocking=False)
         url = f"http://{host}:{port}/v2/models/{name}"
         if not quiet:
-            print(f"serving '{name}' at {url} (Open Inference Protocol v2; Ctrl-C stops it)", file=sys.stderr,
-                  flush=True)
+            how = batched.describe() if batched is not None else f"not batched: {why}"
+            print(f"serving '{name}' at {url} (Open Inference Protocol v2; {how}; Ctrl-C stops it)",
+                  file=sys.stderr, flush=True)
         if ready_file:
             Path(ready_file).write_text(json.dumps({"url": url, "name": name}))
         while True:

@@ -1,0 +1,528 @@
+"""``onnxsplit serve``'s dynamic batcher: the batcher on a fake model (no Ray: grouping,
+dispatch on size, on a preferred size and on the delay, splitting back, failures,
+timeouts), the gateway's answers around it, and one end-to-end run of the server with
+concurrent tritonclient clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from onnxsplit.errors import OnnxsplitError, RunError
+from onnxsplit.running.batching import Batcher, Options, Timeout, batch_dimension, options
+from onnxsplit.running.kserve import ProtocolError
+
+W = np.random.default_rng(7).standard_normal((6, 6)).astype(np.float32)
+
+
+def model(feeds):
+    """What the fake parts compute: per row, so a batch's rows are its requests' rows."""
+    x = feeds["x"]
+    return {"y": np.tanh(x @ W[: x.shape[1], : x.shape[1]]), "s": x.sum(axis=1)}
+
+
+class FakeParts:
+    """The parts as the batcher sees them: an awaitable run, recording each call's rows."""
+
+    def __init__(self, delay: float = 0.01, fail: str | None = None, compute=model):
+        self.delay, self.fail, self.compute = delay, fail, compute
+        self.calls: list[dict[str, tuple]] = []
+        self.running = self.most_running = 0
+
+    async def __call__(self, feeds):
+        self.calls.append({n: a.shape for n, a in feeds.items()})
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self.running -= 1
+        if self.fail:
+            raise RunError(self.fail)
+        return self.compute(feeds)
+
+    def rows(self) -> list[int]:
+        return [c["x"][0] for c in self.calls]
+
+
+def batcher(parts, max_batch_size=8, delay_us=20_000, preferred=(), in_flight=1, inputs=("x",)):
+    return Batcher(parts, Options(max_batch_size, delay_us, tuple(preferred)), list(inputs), max_in_flight=in_flight)
+
+
+def request(rows: int, width: int = 4, seed: int = 0):
+    return {"x": np.random.default_rng(seed).standard_normal((rows, width)).astype(np.float32)}
+
+
+def assert_alone(feeds, got):
+    """The answer equals the request run alone."""
+    want = model(feeds)
+    assert set(got) == set(want)
+    for n in want:
+        assert got[n].shape == want[n].shape
+        np.testing.assert_allclose(got[n], want[n], rtol=1e-5)
+
+
+def within(coro, seconds: float = 10):
+    """Run ``coro`` to its end, failing (not hanging) where a request is never answered."""
+    return asyncio.run(asyncio.wait_for(coro, seconds))
+
+
+async def submit_all(b, feeds_list, timeout_s=None):
+    return await asyncio.gather(*(b.submit(f, timeout_s) for f in feeds_list), return_exceptions=True)
+
+
+# ---- the options --------------------------------------------------------------------------------------
+
+def manifest_model(range_=((1, 8), (16, 16)), in_dims=("batch", None), out_dims=("batch", None),
+                   extra_input=None):
+    inputs = [{"name": "x", "dtype": "float32", "shape": [3, 16], "dims": list(in_dims)}]
+    r = {"x": [list(d) for d in range_]}
+    if extra_input:
+        inputs.append(extra_input[0])
+        r[extra_input[0]["name"]] = extra_input[1]
+    return {"inputs": inputs, "outputs": [{"name": "y", "dtype": "float32", "shape": [3, 8], "dims": list(out_dims)}],
+            "shape_range": r}
+
+
+def test_options_follow_the_range_of_the_batch_dimension():
+    got, why = options(manifest_model())
+    assert got == Options(8, 1000, ()) and why == ""
+    got, _ = options(manifest_model(), max_batch_size=4, max_queue_delay_microseconds=0, preferred_batch_size=[4, 2, 2])
+    assert got == Options(4, 0, (2, 4))
+    assert options(manifest_model(), enabled=False) == (None, "--no-batching")
+    assert options(manifest_model(), max_batch_size=1)[0] is None
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda m: m.pop("shape_range"), "take one shape"),
+    (lambda m: m["shape_range"].update(x=[[1, 1], [16, 16]]), "does not vary in the range (it is 1)"),
+    (lambda m: m["shape_range"].update(x=[[4, 4], [1, 16]]), "does not vary"),
+    (lambda m: m["outputs"][0].update(dims=["classes", None]),
+     "output 'y' does not have the batch dimension 'batch' first"),
+    (lambda m: m["outputs"][0].update(dims=[None, None], shape=[1, 8]), "its dimension 0 is 1"),
+    (lambda m: m["outputs"][0].update(dims=None, shape=[10]), "output 'y' does not have the batch dimension first"),
+    (lambda m: (m["inputs"].append({"name": "z", "dtype": "float32", "shape": [3], "dims": ["n"]}),
+                m["shape_range"].update(z=[[1, 8]])), "name their dimension 0 differently (batch, n)"),
+    (lambda m: (m["inputs"].append({"name": "z", "dtype": "float32", "shape": [3], "dims": ["batch"]}),
+                m["shape_range"].update(z=[[1, 4]])), "dimension 0 ranges differ (1..4, 1..8)"),
+    (lambda m: m["inputs"].append({"name": "z", "dtype": "float32", "shape": [3], "dims": [None]}),
+     "input 'z' has no batch dimension"),
+])
+def test_batching_is_off_where_the_parts_cannot_batch(edit, words):
+    m = manifest_model()
+    edit(m)
+    span, why = batch_dimension(m)
+    assert span is None and words in why
+    assert options(m) == (None, why)
+    with pytest.raises(OnnxsplitError, match="--max-batch-size: these parts cannot be batched"):
+        options(m, max_batch_size=4)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"max_batch_size": 9}, r"--max-batch-size 9 is outside the batch dimension's range 1..8"),
+    ({"max_batch_size": 0}, "--max-batch-size 0 is outside"),
+    ({"max_queue_delay_microseconds": -1}, "must be at least 0, got -1"),
+    ({"max_batch_size": 4, "preferred_batch_size": [2, 6]},
+     "--preferred-batch-size 6 is not between 1 and the largest batch, 4"),
+    ({"enabled": False, "preferred_batch_size": [2]}, "--preferred-batch-size sets up batching, which --no-batching"),
+])
+def test_bad_options_are_one_line(kwargs, words):
+    with pytest.raises(OnnxsplitError, match=words) as e:
+        options(manifest_model(), **kwargs)
+    assert "\n" not in str(e.value)
+
+
+# ---- the batcher ---------------------------------------------------------------------------------------
+
+def test_concurrent_requests_run_as_one_batch_and_each_gets_its_own_rows():
+    parts = FakeParts()
+    feeds = [request(r, seed=k) for k, r in enumerate([1, 2, 1, 3])]
+
+    async def go():
+        b = batcher(parts)
+        return b, await submit_all(b, feeds)
+
+    b, got = within(go())
+    assert parts.rows() == [7]  # one call, the rows in arrival order
+    for f, g in zip(feeds, got):
+        assert_alone(f, g)
+    stats = b.stats.triton("m", {})["model_stats"][0]
+    assert stats["execution_count"] == 1 and stats["inference_count"] == 7
+    assert stats["batching"]["requests_per_execution"] == [{"requests": 4, "count": 1}]
+    assert stats["batch_stats"][0]["batch_size"] == 7 and stats["inference_stats"]["queue"]["count"] == 4
+
+
+def test_requests_are_grouped_by_their_other_dimensions():
+    parts = FakeParts()
+    feeds = [request(1 + k % 2, width=4 if k % 3 else 6, seed=k) for k in range(9)]
+
+    async def go():
+        return await submit_all(batcher(parts, max_batch_size=16), feeds)
+
+    got = within(go())
+    widths = sorted(c["x"][1] for c in parts.calls)
+    assert widths == [4, 6]  # one batch per width, none mixed
+    by_width = {c["x"][1]: c["x"][0] for c in parts.calls}
+    assert by_width == {w: sum(f["x"].shape[0] for f in feeds if f["x"].shape[1] == w) for w in (4, 6)}
+    for f, g in zip(feeds, got):
+        assert_alone(f, g)
+
+
+def test_a_full_batch_goes_at_once_and_a_partial_one_after_the_delay():
+    async def full():
+        parts = FakeParts()
+        b = batcher(parts, max_batch_size=4, delay_us=10_000_000)  # 10 s: only a full batch goes
+        t = time.perf_counter()
+        got = await asyncio.wait_for(submit_all(b, [request(1, seed=k) for k in range(4)]), 5)
+        return parts, got, time.perf_counter() - t
+
+    parts, got, took = within(full())
+    assert parts.rows() == [4] and took < 2 and not any(isinstance(g, Exception) for g in got)
+
+    async def partial():
+        parts = FakeParts(delay=0)
+        b = batcher(parts, max_batch_size=8, delay_us=300_000)
+        t = time.perf_counter()
+        tasks = [asyncio.ensure_future(b.submit(request(1, seed=k))) for k in range(2)]
+        await asyncio.sleep(0.1)
+        before = list(parts.calls)
+        await asyncio.gather(*tasks)
+        return before, parts, time.perf_counter() - t
+
+    before, parts, took = within(partial())
+    assert before == [] and parts.rows() == [2] and took >= 0.29
+
+
+def test_a_preferred_size_goes_at_once():
+    async def go():
+        parts = FakeParts()
+        b = batcher(parts, max_batch_size=8, delay_us=10_000_000, preferred=[2])
+        got = await asyncio.wait_for(submit_all(b, [request(1, seed=k) for k in range(4)]), 5)
+        return parts, got
+
+    parts, got = within(go())
+    assert parts.rows() == [2, 2]
+
+
+def test_batches_never_exceed_max_batch_size_and_no_request_is_lost():
+    rng = np.random.default_rng(3)
+    feeds = [request(int(rng.integers(1, 4)), seed=k) for k in range(40)]
+
+    async def go():
+        parts = FakeParts(delay=0.01)
+        b = batcher(parts, max_batch_size=5, delay_us=2000, in_flight=2)
+
+        async def client(k):  # arrivals spread over a few milliseconds
+            await asyncio.sleep(0.001 * (k % 7))
+            return await b.submit(feeds[k])
+
+        return parts, b, await asyncio.gather(*(client(k) for k in range(len(feeds))))
+
+    parts, b, got = within(go())
+    assert max(parts.rows()) <= 5 and sum(parts.rows()) == sum(f["x"].shape[0] for f in feeds)
+    assert len(parts.calls) < len(feeds)  # batches were formed
+    assert parts.most_running <= 2  # at most max_in_flight batches at once
+    for f, g in zip(feeds, got):
+        assert_alone(f, g)
+    per = b.stats.triton("m", {})["model_stats"][0]["batching"]["requests_per_execution"]
+    assert sum(e["requests"] * e["count"] for e in per) == len(feeds)
+
+
+def test_a_request_larger_than_a_batch_runs_alone():
+    async def go():
+        parts = FakeParts()
+        b = batcher(parts, max_batch_size=4)
+        return parts, await submit_all(b, [request(6, seed=1), request(1, seed=2)])
+
+    parts, got = within(go())
+    assert sorted(parts.rows()) == [1, 6]
+    assert_alone(request(6, seed=1), got[0])
+
+
+def test_a_failing_batch_fails_each_of_its_requests_with_the_parts_error():
+    message = "part part1_cpu1 on cpu1 failed on sample 0: [ONNXRuntimeError] boom"
+
+    async def go():
+        parts = FakeParts(fail=message)
+        b = batcher(parts)
+        got = await submit_all(b, [request(1, seed=k) for k in range(3)])
+        parts.fail = None  # the batcher goes on after a failure
+        after = await b.submit(request(2, seed=9))
+        return parts, got, after
+
+    parts, got, after = within(go())
+    assert parts.rows()[0] == 3
+    assert all(isinstance(g, RunError) and str(g) == message for g in got)
+    assert_alone(request(2, seed=9), after)
+
+
+def test_a_request_past_its_timeout_is_answered_and_leaves_the_queue():
+    async def go():
+        parts = FakeParts(delay=0.3)
+        b = batcher(parts, delay_us=0, in_flight=1)
+        first = asyncio.ensure_future(b.submit(request(1, seed=1)))  # runs 0.3 s, holding the one slot
+        await asyncio.sleep(0.01)
+        t = time.perf_counter()
+        with pytest.raises(Timeout, match="no answer within the request timeout of 50 ms"):
+            await b.submit(request(2, seed=2), timeout_s=0.05)  # waits in the queue, then gives up
+        waited = time.perf_counter() - t
+        third = await b.submit(request(3, seed=3))  # queued behind the first only
+        return parts, waited, await first, third
+
+    parts, waited, first, third = within(go())
+    assert waited > 0.04  # (and it never ran: below)
+    assert parts.rows() == [1, 3]  # the request that timed out never ran
+    assert_alone(request(1, seed=1), first)
+    assert_alone(request(3, seed=3), third)
+
+
+def test_a_timeout_during_the_batch_leaves_the_others_their_answers():
+    async def go():
+        parts = FakeParts(delay=0.2)
+        b = batcher(parts, delay_us=5000)
+        return parts, await asyncio.gather(b.submit(request(1, seed=1), 0.05), b.submit(request(2, seed=2)),
+                                           return_exceptions=True)
+
+    parts, (late, ok) = within(go())
+    assert isinstance(late, Timeout) and parts.rows() == [3]
+    assert_alone(request(2, seed=2), ok)
+
+
+def test_a_cancelled_request_leaves_the_queue():
+    async def go():
+        parts = FakeParts(delay=0.2)
+        b = batcher(parts, delay_us=0, in_flight=1)
+        first = asyncio.ensure_future(b.submit(request(1, seed=1)))
+        await asyncio.sleep(0.01)
+        gone = asyncio.ensure_future(b.submit(request(2, seed=2)))  # its client disconnects
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        await asyncio.gather(first, b.submit(request(1, seed=3)))
+        return parts
+
+    assert within(go()).rows() == [1, 1]
+
+
+def test_a_request_whose_inputs_disagree_on_the_batch_is_refused_before_it_joins():
+    parts = FakeParts()
+
+    async def go():
+        b = batcher(parts, inputs=("x", "z"))
+        with pytest.raises(ProtocolError, match="input 'z' has 3 rows .* but input 'x' has 2"):
+            await b.submit({"x": np.zeros((2, 4), np.float32), "z": np.zeros((3,), np.float32)})
+        with pytest.raises(ProtocolError, match="scalar"):
+            await b.submit({"x": np.zeros((2, 4), np.float32), "z": np.float32(1)})
+
+    within(go())
+    assert parts.calls == []
+
+
+def test_outputs_without_the_batch_first_are_not_split_and_batching_stops():
+    def pooled(feeds):  # "c" does not have the batch on dim 0
+        out = model(feeds)
+        out["c"] = np.array([feeds["x"].shape[0], 1.0, 2.0], np.float32)
+        return out
+
+    feeds = [request(r, seed=k) for k, r in enumerate([1, 2, 2])]
+
+    async def go():
+        parts = FakeParts(compute=pooled)
+        b = batcher(parts)
+        got = await submit_all(b, feeds)
+        later = await b.submit(request(2, seed=5))
+        return parts, b, got, later
+
+    parts, b, got, later = within(go())
+    assert parts.rows() == [5, 1, 2, 2, 2]  # the batch, each request again alone, then alone
+    assert "output 'c' has shape [3] for a batch of 5 rows" in b.off
+    for f, g in zip(feeds, got):
+        np.testing.assert_allclose(g["y"], model(f)["y"], rtol=1e-5)
+        np.testing.assert_array_equal(g["c"], [f["x"].shape[0], 1, 2])
+
+
+# ---- the gateway around it (no Ray: the parts' handles are fakes) -----------------------------------
+
+class FakeHandle:
+    """A part's deployment handle: ``run.remote(sample, feeds)`` gives an awaitable."""
+
+    def __init__(self, parts: FakeParts):
+        class Run:
+            @staticmethod
+            def remote(sample, feeds, *deps):
+                return asyncio.ensure_future(parts(feeds))
+
+        self.run = Run()
+
+
+def http(method: str, path: str, body: bytes = b""):
+    from starlette.requests import Request
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request({"type": "http", "method": method, "path": path, "headers": [], "query_string": b"",
+                    "scheme": "http", "server": ("127.0.0.1", 8000), "root_path": ""}, receive)
+
+
+def infer_body(x: np.ndarray) -> bytes:
+    return json.dumps({"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
+                                   "data": x.ravel().tolist()}]}).encode()
+
+
+def gateway(parts: FakeParts, batching=True, timeout_s=None):
+    from onnxsplit.running.serve import Gateway
+
+    m = {"inputs": [{"name": "x", "dtype": "float32", "shape": [2, 4], "dims": ["batch", None]}],
+         "outputs": [{"name": "y", "dtype": "float32", "shape": [2, 4], "dims": ["batch", None]},
+                     {"name": "s", "dtype": "float32", "shape": [2], "dims": ["batch"]}],
+         "shape_range": {"x": [[1, 8], [4, 4]]}}
+    opts, why = options(m, enabled=batching, max_queue_delay_microseconds=20_000 if batching else None)
+    return Gateway("m", {"model": m}, [[]], [0], FakeHandle(parts), batching=opts, why=why, timeout_s=timeout_s,
+                   in_flight=2)
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_the_gateway_answers_batched_requests_and_reports_them(batching):
+    parts = FakeParts()
+    xs = [request(1 + k % 2, seed=k)["x"] for k in range(5)]
+
+    async def go():
+        g = gateway(parts, batching)
+        answers = await asyncio.gather(*(g(http("POST", "/v2/models/m/infer", infer_body(x))) for x in xs))
+        return answers, await g(http("GET", "/v2/models/m/stats"))
+
+    answers, stats = within(go())
+    for x, a in zip(xs, answers):
+        assert a.status_code == 200
+        out = {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"]) for o in json.loads(a.body)["outputs"]}
+        assert_alone({"x": x}, out)
+    s = json.loads(stats.body)["model_stats"][0]
+    assert s["inference_stats"]["success"]["count"] == 5 and s["inference_count"] == 7
+    assert s["batching"]["enabled"] is batching
+    per = {e["requests"]: e["count"] for e in s["batching"]["requests_per_execution"]}
+    assert per == ({5: 1} if batching else {1: 5})
+    if not batching:
+        assert s["batching"]["why_not"] == "--no-batching"
+
+
+def test_the_gateway_answers_504_past_the_timeout_and_500_for_a_failing_batch():
+    async def go():
+        slow = gateway(FakeParts(delay=0.5), timeout_s=0.05)
+        late = await slow(http("POST", "/v2/models/m/infer", infer_body(np.ones((1, 4), np.float32))))
+        failing = gateway(FakeParts(fail="part p0 on cpu0 failed on sample 0: bad\nsecond line"))
+        failed = await asyncio.gather(*(
+            failing(http("POST", "/v2/models/m/infer", infer_body(np.ones((r, 4), np.float32)))) for r in (1, 2)))
+        bad = await failing(http("POST", "/v2/models/m/infer", infer_body(np.ones((9, 4), np.float32))))
+        return late, failed, bad
+
+    late, failed, bad = within(go())
+    assert late.status_code == 504
+    assert json.loads(late.body) == {"error": "no answer within the request timeout of 50 ms"}
+    for f in failed:
+        assert f.status_code == 500
+        assert json.loads(f.body)["error"] == "part p0 on cpu0 failed on sample 0: bad second line"
+    assert bad.status_code == 400 and "dimension 0 is 9, outside 1..8x4" in json.loads(bad.body)["error"]
+
+
+# ---- the server, end to end ---------------------------------------------------------------------------
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_batches_concurrent_clients_and_each_gets_the_models_answer(tmp_path):
+    pytest.importorskip("ray")
+    httpclient = pytest.importorskip("tritonclient.http")
+    import onnx
+    import onnxruntime as ort
+    from onnx_models import mlp
+    from ray_processes import gone, sigint_as_in_a_terminal
+    from tritonclient.http import InferInput
+
+    from onnxsplit.export import export
+    from onnxsplit.graph import OpGraph
+
+    width = 32
+    model = mlp(tmp_path / "m.onnx", layers=4, width=width, dynamic_batch=True)
+    g = OpGraph.from_onnx(model, {"x": (2, width)})
+    names = [n.name for n in g.nodes]
+    cpu = "CPUExecutionProvider"
+    parts = export(g, {n: "cpu0" if i < len(names) // 2 else "cpu1" for i, n in enumerate(names)},
+                   tmp_path / "parts", providers={"cpu0": cpu, "cpu1": cpu}, threads={"cpu0": 1, "cpu1": 1},
+                   plan={"objective": "throughput"}, shape_range={"x": [[1, 8], [width, width]]})
+    for p in parts.manifest["parts"]:  # the part files keep the batch dimension symbolic
+        m = onnx.load(str(parts.out / p["file"]), load_external_data=False)
+        assert all(v.type.tensor_type.shape.dim[0].dim_param == "batch"
+                   for v in list(m.graph.input) + list(m.graph.output))
+    session = ort.InferenceSession(str(model), providers=[cpu])
+    y_name = session.get_outputs()[0].name
+    port, ready = free_port(), tmp_path / "ready.json"
+    proc = subprocess.Popen([sys.executable, "-m", "onnxsplit", "serve", str(parts.out), "--port", str(port),
+                             "--name", "mlp", "--ready-file", str(ready)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=sigint_as_in_a_terminal)
+    try:
+        deadline = time.time() + 120
+        while not ready.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        if not ready.exists():
+            proc.send_signal(signal.SIGINT)
+            try:
+                _, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+            pytest.fail(f"not serving within 120 s: {err.decode()[-2000:]}")
+        url = f"127.0.0.1:{port}"
+        client = httpclient.InferenceServerClient(url)
+        assert client.get_model_metadata("mlp")["inputs"][0]["shape"] == [-1, width]
+
+        errors, rows = [], []
+
+        def one_client(k: int) -> None:
+            c = httpclient.InferenceServerClient(url)
+            rng = np.random.default_rng(k)
+            for j in range(6):
+                x = rng.standard_normal((1 + (k + j) % 2, width)).astype(np.float32)
+                inp = InferInput("x", list(x.shape), "FP32")
+                inp.set_data_from_numpy(x, binary_data=(j % 2 == 0))
+                try:
+                    got = c.infer("mlp", [inp]).as_numpy(y_name)
+                    np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+                    rows.append(x.shape[0])
+                except Exception as e:  # noqa: BLE001 (collected, asserted below)
+                    errors.append(f"client {k} request {j}: {' '.join(str(e).split())[:300]}")
+
+        threads = [threading.Thread(target=one_client, args=(k,)) for k in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not errors, errors[:3]
+        assert len(rows) == 96  # none lost
+        stats = client.get_inference_statistics("mlp")["model_stats"][0]
+        per = {e["requests"]: e["count"] for e in stats["batching"]["requests_per_execution"]}
+        assert stats["batching"]["enabled"] and stats["batching"]["max_batch_size"] == 8
+        assert sum(k * n for k, n in per.items()) == 96 and stats["inference_count"] == sum(rows)
+        assert max(per) > 1, per  # batches of several requests were formed
+        assert max(b["batch_size"] for b in stats["batch_stats"]) <= 8
+        assert stats["execution_count"] < 96
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    assert proc.returncode == 130
+    assert gone(proc.pid), "a Ray process the server started is still running"

@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""``onnxsplit serve`` under load on localhost: throughput and latency of the server with
+dynamic batching, without it (``--no-batching``), of the whole model served the same way
+(a one-part folder), and of onnxruntime's default session called in this process, at
+each concurrency, on the same requests.
+
+    python tools/bench_serve.py MODEL --input-shape x=1..8x64 --requests 400 --concurrency 1,4,16,32 \\
+        [--rates 50,100] [--request-batch 1] [--plot out.html]
+
+``--input-shape`` takes the main command's ranges (repeat it per input); dimension 0 is
+the batch.  The parts are exported here with :func:`onnxsplit.export.export` for that
+range (planned at its middle): the split puts the first half of the nodes (in the
+graph's order) on cpu0 and the rest on cpu1, one thread each; the whole model is one part
+on cpu0.  Each request has ``--request-batch`` rows (default the range's lower end) and
+the middle of the range elsewhere.
+
+Closed loop: N clients (tritonclient.http, one thread each) send their next request as
+soon as the last is answered.  Open loop (``--rates``): requests start at fixed times,
+R per second, whatever the answers; a latency counts from the request's planned start,
+so a server that falls behind shows it.  Each point ends after ``--requests`` requests or
+``--point-seconds``, whichever comes first; every answer is compared with onnxruntime's
+on the original model (``bad`` counts those that differ, ``err`` the failed requests).
+``req/exec``: requests per execution of the parts, from the server's
+``/v2/models/NAME/stats`` (1.0 without batching).  Localhost only; a server is stopped
+(SIGINT) before the next starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import html
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from onnxsplit import ranges  # noqa: E402
+
+CPU = "CPUExecutionProvider"
+DTYPES = {"tensor(float)": ("FP32", np.float32), "tensor(int64)": ("INT64", np.int64),
+          "tensor(int32)": ("INT32", np.int32), "tensor(float16)": ("FP16", np.float16),
+          "tensor(double)": ("FP64", np.float64), "tensor(bool)": ("BOOL", np.bool_)}
+POOL = 8  # distinct requests, cycled (their expected answers computed once)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parse_range(specs: list[str]) -> dict[str, list[tuple[int, int]]]:
+    out = {}
+    for spec in specs:
+        name, eq, dims = spec.partition("=")
+        if not eq:
+            raise SystemExit(f"bench_serve: bad --input-shape '{spec}': NAME=DIMS, e.g. x=1..8x64")
+        out[name.strip()] = ranges.parse_dims(spec, dims)[0]
+    return out
+
+
+def build_parts(model: Path, r: dict, out: Path) -> tuple[Path, Path]:
+    """(the two-part folder, the one-part folder) for the range ``r``."""
+    from onnxsplit.export import export
+    from onnxsplit.graph import OpGraph
+
+    planned = ranges.middle(r)
+    g = OpGraph.from_onnx(str(model), planned)
+    names = [n.name for n in g.nodes]
+    half = {n: "cpu0" if i < len(names) // 2 else "cpu1" for i, n in enumerate(names)}
+    common = dict(providers={"cpu0": CPU, "cpu1": CPU}, threads={"cpu0": 1, "cpu1": 1},
+                  plan={"objective": "throughput"}, shape_range={k: [list(d) for d in v] for k, v in r.items()})
+    split = export(g, half, out / "split", **common).out
+    whole = export(g, {n: "cpu0" for n in names}, out / "whole", **common).out
+    return split, whole
+
+
+def requests(model: Path, r: dict, rows: int):
+    """(POOL requests as {input: array}, their outputs from onnxruntime on the model)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(model), providers=[CPU])
+    middle = ranges.middle(r)
+    rng = np.random.default_rng(0)
+    pool = []
+    for _ in range(POOL):
+        feeds = {}
+        for i in session.get_inputs():
+            shape = (rows,) + tuple(middle[i.name][1:])
+            kind = DTYPES[i.type][1]
+            feeds[i.name] = (rng.standard_normal(shape) if np.issubdtype(kind, np.floating)
+                             else rng.integers(0, 2, shape)).astype(kind)
+        pool.append(feeds)
+    return session, pool, [session.run(None, f) for f in pool]
+
+
+class Client:
+    """One connection to a server (one per thread, as tritonclient wants)."""
+
+    def __init__(self, url: str, name: str, session):
+        import tritonclient.http as httpclient
+
+        self.http, self.name = httpclient, name
+        self.client = httpclient.InferenceServerClient(url, connection_timeout=120, network_timeout=120)
+        self.inputs = [(i.name, DTYPES[i.type][0]) for i in session.get_inputs()]
+        self.outputs = [o.name for o in session.get_outputs()]
+
+    def __call__(self, feeds):
+        ins = []
+        for name, datatype in self.inputs:
+            x = self.http.InferInput(name, list(feeds[name].shape), datatype)
+            x.set_data_from_numpy(feeds[name])
+            ins.append(x)
+        got = self.client.infer(self.name, ins)
+        return [got.as_numpy(o) for o in self.outputs]
+
+
+def same(got, want) -> bool:
+    return all(g.shape == w.shape and np.allclose(g, w, rtol=1e-4, atol=1e-5) for g, w in zip(got, want))
+
+
+def closed_loop(make_call, pool, expected, concurrency: int, count: int, seconds: float) -> dict:
+    """``concurrency`` clients, each sending as soon as answered, ``count`` requests in all."""
+    lock, latencies, bad, errors = threading.Lock(), [], [0], []
+    left = [count]
+    stop = time.perf_counter() + seconds
+
+    def worker(k: int):
+        call = make_call()
+        j = k
+        while True:
+            with lock:
+                if left[0] <= 0 or time.perf_counter() > stop:
+                    return
+                left[0] -= 1
+            t = time.perf_counter()
+            try:
+                got = call(pool[j % POOL])
+            except Exception as e:  # noqa: BLE001 (counted in the table)
+                with lock:
+                    errors.append(" ".join(str(e).split())[:200])
+                continue
+            dt = time.perf_counter() - t
+            with lock:
+                latencies.append(dt)
+                bad[0] += not same(got, expected[j % POOL])
+            j += concurrency
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return summary(latencies, bad[0], errors, time.perf_counter() - start)
+
+
+def open_loop(make_call, pool, expected, rate: float, count: int, seconds: float, workers: int = 64) -> dict:
+    """Requests started ``rate`` per second; latency from each one's planned start."""
+    n = min(count, int(rate * seconds))
+    local = threading.local()
+    lock, latencies, bad, errors = threading.Lock(), [], [0], []
+
+    def one(j: int, planned: float):
+        if not hasattr(local, "call"):
+            local.call = make_call()
+        try:
+            got = local.call(pool[j % POOL])
+        except Exception as e:  # noqa: BLE001
+            with lock:
+                errors.append(" ".join(str(e).split())[:200])
+            return
+        with lock:
+            latencies.append(time.perf_counter() - planned)
+            bad[0] += not same(got, expected[j % POOL])
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+        for j in range(n):
+            planned = start + j / rate
+            time.sleep(max(0.0, planned - time.perf_counter()))
+            ex.submit(one, j, planned)
+    return summary(latencies, bad[0], errors, time.perf_counter() - start)
+
+
+def summary(latencies, bad: int, errors: list, wall: float) -> dict:
+    ms = np.array(latencies) * 1000 if latencies else np.array([np.nan])
+    return {"done": len(latencies), "bad": bad, "errors": len(errors), "first_error": errors[0] if errors else "",
+            "throughput": len(latencies) / wall if wall > 0 else 0.0,
+            "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99))}
+
+
+class Server:
+    """``onnxsplit serve FOLDER`` in a child process, until :meth:`stop`."""
+
+    def __init__(self, folder: Path, flags: list[str], tmp: Path):
+        self.port = free_port()
+        ready = tmp / f"ready-{self.port}.json"
+        self.log = open(tmp / f"serve-{self.port}.log", "w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "onnxsplit", "serve", str(folder), "--port",
+                                      str(self.port), "--name", "m", "--ready-file", str(ready), *flags],
+                                     stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.time() + 180
+        while not ready.exists() and self.proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        if not ready.exists():
+            self.stop()
+            self.log.seek(0)
+            raise SystemExit(f"bench_serve: the server did not start: {self.log.read()[-500:]}")
+        self.url = f"127.0.0.1:{self.port}"
+
+    def per_execution(self) -> tuple[int, int]:
+        """(requests, executions) so far, from the stats route."""
+        with urllib.request.urlopen(f"http://{self.url}/v2/models/m/stats", timeout=30) as r:
+            s = json.loads(r.read())["model_stats"][0]
+        per = s["batching"]["requests_per_execution"]
+        return sum(e["requests"] * e["count"] for e in per), sum(e["count"] for e in per)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """p50 latency against throughput (both log), one line per server (closed loop), as SVG in HTML."""
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
+    series: dict[str, list[tuple[float, float, str]]] = {}
+    for r in rows:
+        if r["mode"].startswith("closed") and r["done"]:
+            series.setdefault(r["server"], []).append((r["throughput"], r["p50"], r["mode"]))
+    xs = [p[0] for s in series.values() for p in s] or [1]
+    ys = [p[1] for s in series.values() for p in s] or [1]
+    w, h, m = 640, 400, 50
+    x_lo, x_hi = np.log10(max(min(xs), 1e-3)) - 0.1, np.log10(max(xs)) + 0.1  # (log: ORT is far faster)
+    y_lo, y_hi = np.log10(max(min(ys), 1e-3)) - 0.1, np.log10(max(ys)) + 0.1
+
+    def px(x, y):
+        return (m + (np.log10(max(x, 1e-3)) - x_lo) / (x_hi - x_lo) * (w - 2 * m),
+                h - m - (np.log10(max(y, 1e-3)) - y_lo) / (y_hi - y_lo) * (h - 2 * m))
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+             f'font-size="12"><rect width="{w}" height="{h}" fill="white"/>',
+             f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
+             f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h - m}" stroke="black"/>',
+             f'<text x="{w / 2}" y="{h - 12}" text-anchor="middle">'
+             f'throughput (requests/s, log; {min(xs):.3g} to {max(xs):.3g})</text>',
+             f'<text x="14" y="{h / 2}" transform="rotate(-90 14 {h / 2})" text-anchor="middle">'
+             f'p50 latency (ms, log; {min(ys):.2g} to {max(ys):.3g})</text>']
+    for k, (name, pts) in enumerate(series.items()):
+        c = colours[k % len(colours)]
+        xy = [px(x, y) for x, y, _ in pts]
+        parts.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="'
+                     + " ".join(f"{a:.1f},{b:.1f}" for a, b in xy) + '"/>')
+        for (a, b), (x, y, mode) in zip(xy, pts):
+            parts.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="{c}"><title>{html.escape(name)} '
+                         f'{mode}: {x:.1f}/s, {y:.2f} ms</title></circle>')
+        parts.append(f'<text x="{w - m - 150}" y="{m + 16 * k}" fill="{c}">{html.escape(name)}</text>')
+    parts.append("</svg>")
+    path.write_text("<!doctype html><meta charset='utf-8'><title>onnxsplit serve</title>"
+                    "<h3>onnxsplit serve: p50 latency against throughput (closed loop)</h3>" + "".join(parts) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", type=Path)
+    ap.add_argument("--input-shape", action="append", required=True, metavar="NAME=DIMS",
+                    help="a range, dimension 0 the batch: x=1..8x64 (repeat per input)")
+    ap.add_argument("--requests", type=int, default=400, help="requests per point (default 400)")
+    ap.add_argument("--concurrency", default="1,4,16,32", help="closed-loop clients, comma-separated")
+    ap.add_argument("--rates", default="", help="open-loop requests per second, comma-separated (default none)")
+    ap.add_argument("--request-batch", type=int, help="rows per request (default the range's lower end)")
+    ap.add_argument("--point-seconds", type=float, default=30.0, help="longest time per point (default 30)")
+    ap.add_argument("--servers", default="split,split-nobatch,whole,ort",
+                    help="which to measure: split, split-nobatch, whole, whole-nobatch, ort")
+    ap.add_argument("--plot", type=Path, metavar="OUT.html", help="write latency against throughput here")
+    args = ap.parse_args()
+    r = parse_range(args.input_shape)
+    concurrency = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    rates = [float(x) for x in args.rates.split(",") if x.strip()]
+    if args.requests < 1 or not concurrency or min(concurrency) < 1 or any(x <= 0 for x in rates):
+        raise SystemExit("bench_serve: --requests, --concurrency and --rates must be positive")
+    rows_per_request = args.request_batch or max(1, next(iter(r.values()))[0][0])
+    wanted = [s.strip() for s in args.servers.split(",") if s.strip()]
+    unknown = set(wanted) - {"split", "split-nobatch", "whole", "whole-nobatch", "ort"}
+    if unknown:
+        raise SystemExit(f"bench_serve: unknown server {sorted(unknown)[0]!r}")
+
+    table: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        tmp = Path(tmp)
+        split, whole = build_parts(args.model, r, tmp)
+        session, pool, expected = requests(args.model, r, rows_per_request)
+        print(f"# {args.model.name}: range {', '.join(f'{k}={ranges.text(v)}' for k, v in r.items())}, "
+              f"{rows_per_request} row(s) per request, {args.requests} requests per point, "
+              f"{os.cpu_count()} CPUs", flush=True)
+        folders = {"split": (split, []), "split-nobatch": (split, ["--no-batching"]),
+                   "whole": (whole, []), "whole-nobatch": (whole, ["--no-batching"])}
+        for which in wanted:
+            if which == "ort":  # onnxruntime's default session, called in this process
+                import onnxruntime as ort
+
+                direct = ort.InferenceSession(str(args.model), providers=[CPU])
+
+                def make_call(direct=direct):
+                    return lambda feeds: direct.run(None, feeds)
+                server, label = None, "ort default session"
+            else:
+                folder, flags = folders[which]
+                label = f"{which.replace('-nobatch', '')}, {'no batching' if flags else 'batching'}"
+                server = Server(folder, flags, tmp)
+
+                def make_call(server=server):
+                    return Client(server.url, "m", session)
+            try:
+                make_call()(pool[0])  # warm up
+                points = [(f"closed c={c}", lambda c=c: closed_loop(make_call, pool, expected, c, args.requests,
+                                                                    args.point_seconds)) for c in concurrency]
+                points += [(f"open {x:g}/s", lambda x=x: open_loop(make_call, pool, expected, x, args.requests,
+                                                                   args.point_seconds)) for x in rates]
+                for mode, measure in points:
+                    before = server.per_execution() if server else (0, 0)
+                    got = measure()
+                    after = server.per_execution() if server else (1, 1)
+                    execs = after[1] - before[1]
+                    got.update(server=label, mode=mode,
+                               per_exec=(after[0] - before[0]) / execs if execs else float("nan"))
+                    table.append(got)
+                    print(line(got), flush=True)
+            finally:
+                if server is not None:
+                    server.stop()
+    print()
+    print(head())
+    for row in table:
+        print(line(row))
+    for row in table:
+        if row["first_error"]:
+            print(f"# {row['server']} {row['mode']}: first error: {row['first_error']}")
+    if args.plot:
+        plot(table, args.plot)
+        print(f"# plot: {args.plot}")
+    return 1 if any(row["bad"] or row["errors"] for row in table) else 0
+
+
+def head() -> str:
+    return (f"{'server':<22} {'load':<14} {'done':>5} {'bad':>4} {'err':>4} {'req/s':>8} {'p50 ms':>8} "
+            f"{'p99 ms':>8} {'req/exec':>8}")
+
+
+def line(r: dict) -> str:
+    per = "-" if r["server"].startswith("ort") else f"{r['per_exec']:.2f}"
+    return (f"{r['server']:<22} {r['mode']:<14} {r['done']:>5} {r['bad']:>4} {r['errors']:>4} "
+            f"{r['throughput']:>8.1f} {r['p50']:>8.2f} {r['p99']:>8.2f} {per:>8}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
