@@ -50,3 +50,34 @@ def gone(driver: int | None = None, since: set[int] = frozenset(), within: float
             return False
         time.sleep(0.2)
     return True
+
+
+def serve_in_background(parts_dir, ready_file, *args: str, name: str = "mlp", wait_s: float = 120.0):
+    """``onnxsplit serve PARTS`` started as a user's terminal would (Ctrl-C reaches it),
+    waited for until it answers: (the process, its host:port).  A server not up within
+    ``wait_s`` is stopped and the test fails with the end of its stderr."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "onnxsplit", "serve", str(parts_dir), "--port", str(port),
+                             "--name", name, "--ready-file", str(ready_file), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=sigint_as_in_a_terminal)
+    deadline = time.time() + wait_s
+    while not Path(ready_file).exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    if not Path(ready_file).exists():  # (its stderr ends only once it has: stop it first)
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        pytest.fail(f"not serving within {wait_s:g} s: {err.decode()[-2000:]}")
+    return proc, f"127.0.0.1:{port}"

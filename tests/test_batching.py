@@ -9,7 +9,6 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 import threading
 import time
 
@@ -434,21 +433,13 @@ def test_the_gateway_answers_504_past_the_timeout_and_500_for_a_failing_batch():
 
 # ---- the server, end to end ---------------------------------------------------------------------------
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_batches_concurrent_clients_and_each_gets_the_models_answer(tmp_path):
     pytest.importorskip("ray")
     httpclient = pytest.importorskip("tritonclient.http")
     import onnx
     import onnxruntime as ort
     from onnx_models import mlp
-    from ray_processes import gone, sigint_as_in_a_terminal
+    from ray_processes import gone, serve_in_background
     from tritonclient.http import InferInput
 
     from onnxsplit.export import export
@@ -468,23 +459,8 @@ def test_serve_batches_concurrent_clients_and_each_gets_the_models_answer(tmp_pa
                    for v in list(m.graph.input) + list(m.graph.output))
     session = ort.InferenceSession(str(model), providers=[cpu])
     y_name = session.get_outputs()[0].name
-    port, ready = free_port(), tmp_path / "ready.json"
-    proc = subprocess.Popen([sys.executable, "-m", "onnxsplit", "serve", str(parts.out), "--port", str(port),
-                             "--name", "mlp", "--ready-file", str(ready)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=sigint_as_in_a_terminal)
+    proc, url = serve_in_background(parts.out, tmp_path / "ready.json")
     try:
-        deadline = time.time() + 120
-        while not ready.exists() and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.2)
-        if not ready.exists():
-            proc.send_signal(signal.SIGINT)
-            try:
-                _, err = proc.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
-            pytest.fail(f"not serving within 120 s: {err.decode()[-2000:]}")
-        url = f"127.0.0.1:{port}"
         client = httpclient.InferenceServerClient(url)
         assert client.get_model_metadata("mlp")["inputs"][0]["shape"] == [-1, width]
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
-import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -17,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ray_processes import gone, sigint_as_in_a_terminal
+from ray_processes import gone, serve_in_background
 from onnxsplit.running.kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -106,12 +103,6 @@ def test_metadata_names_the_tensors():
 ray = pytest.importorskip("ray")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):
     from onnx_models import mlp
     from onnxsplit.export import export
@@ -127,24 +118,8 @@ def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):
     session = ort.InferenceSession(str(model), providers=[cpu])
     x_name, y_name = session.get_inputs()[0].name, session.get_outputs()[0].name
     shape = session.get_inputs()[0].shape
-    port, ready = free_port(), tmp_path / "ready.json"
-    proc = subprocess.Popen([sys.executable, "-m", "onnxsplit", "serve", str(parts), "--port", str(port),
-                             "--name", "mlp", "--ready-file", str(ready)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=sigint_as_in_a_terminal)
+    proc, url = serve_in_background(parts, tmp_path / "ready.json")
     try:
-        deadline = time.time() + 120
-        while not ready.exists() and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.2)
-        if not ready.exists():  # (its stderr ends only once it has: stop it first)
-            proc.send_signal(signal.SIGINT)
-            try:
-                _, err = proc.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
-            pytest.fail(f"not serving within 120 s: {err.decode()[-2000:]}")
-        url = f"127.0.0.1:{port}"
         client = httpclient.InferenceServerClient(url)
         assert client.is_server_ready() and client.is_model_ready("mlp")
         assert client.get_model_metadata("mlp")["inputs"][0]["shape"] == shape
