@@ -410,7 +410,7 @@ def _print_split(result: dict, as_json: bool) -> int:
     m, plan, pred = result["model"], result["plan"], result["predicted"]
     from .shapes import dims_text
 
-    shapes = " ".join(f"{k}={dims_text(v)}" for k, v in m["input_shapes"].items())
+    shapes = _shapes_text(m["input_shapes"])
     print(f"model: {m['path']}, {m['operators']} operators, {m['weight_bytes'] / 2**20:.1f} MiB of "
           f"weights" + (f"; {shapes}" if shapes else ""))
     how = f"{plan['objective']} by {plan['method']}, {plan['status']}"
@@ -453,13 +453,15 @@ def _print_split(result: dict, as_json: bool) -> int:
     at = ""
     if result.get("per_shape"):
         last = result["per_shape"][-1]["shapes"]
-        at = " " + " ".join(f"--shape {k}={'x'.join(map(str, v))}" for k, v in last.items())
+        at = " " + " ".join(f"--shape {k}={dims_text(v)}" for k, v in last.items())
     print(f"next: onnxsplit run {result['out']}{at}   (measured beside onnxruntime's own sessions)")
     return 1 if bad else 0
 
 
 def _shapes_text(shapes: dict) -> str:
-    return " ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in shapes.items())
+    from .shapes import dims_text
+
+    return " ".join(f"{k}={dims_text(v)}" for k, v in shapes.items())
 
 
 def _print_per_shape(result: dict) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 import onnx
 from onnx import AttributeProto, TensorProto
 
-from . import interrupt
+from . import interrupt, ranges
 from .errors import OnnxsplitError, SplitError
 from .graph import OpGraph
 from .profile.devices import CPU_EP
@@ -208,8 +208,8 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     runner's verification): if it raises, ``out`` is left as it was.
     ``predicted`` ({"latency_ms", "throughput_per_s"}) and ``plan`` go into the manifest;
     ``files`` (name -> text) are written beside it.  ``shape_range`` (input -> [lo, hi]
-    per dimension, :mod:`onnxsplit.ranges`): the shapes the parts are made for, recorded as
-    ``model.shape_range``.
+    per dimension, :mod:`onnxsplit.ranges`): the shapes the parts are made for, completed
+    for every input (:func:`onnxsplit.ranges.complete`) and recorded as ``model.shape_range``.
     ``force`` replaces an existing ``out``; otherwise an existing ``out`` is an error.
     """
     out = Path(out)
@@ -222,6 +222,9 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
             raise SplitError(f"model output '{o}' is a weight, not computed by any node: "
                              "such a model cannot be split")
     types = _declared_types(model)
+    if shape_range:  # every input's range, by the dimension names the model gives them
+        shape_range = ranges.complete(shape_range, {t: _dim_names(types[t]) for t in graph.inputs if t in types},
+                                      graph.input_shapes)
     base_dir = Path(graph.path).parent
 
     links = _Links.of(parts)
@@ -258,7 +261,7 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         manifest = _manifest(graph, parts, links, weights, threads or {}, predicted, plan, device_ids or {},
                              machines or {}, types)
         if shape_range:
-            manifest["model"]["shape_range"] = {k: [list(d) for d in v] for k, v in shape_range.items()}
+            manifest["model"]["shape_range"] = ranges.as_json(shape_range)
         for entry in manifest["parts"]:
             entry.update(level_fields(optimization, entry["execution_provider"] == CPU_EP))
             entry["replicas"] = int((replicas or {}).get(entry["device"], 1))
@@ -602,12 +605,6 @@ def _part_model(model: onnx.ModelProto, graph: OpGraph, part: Part, links: _Link
 def _tensor_entry(graph: OpGraph, name: str) -> dict[str, Any]:
     t = graph.tensors[name]
     return {"name": name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes}
-
-
-def input_dim_names(graph: OpGraph) -> dict[str, list[str | None]]:
-    """The model's name for each dimension of each input (:func:`_dim_names`)."""
-    model = graph.proto()
-    return {v.name: _dim_names(v.type) for v in model.graph.input if v.name in graph.inputs}
 
 
 def _dim_names(t: onnx.TypeProto) -> list[str | None]:

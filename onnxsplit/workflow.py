@@ -759,8 +759,6 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
     where given) and check the parts against the original model (at each check shape of
     ``shape_range``, where given: :func:`onnxsplit.ranges.check_shapes`)."""
     graph = prep.graph
-    if shape_range:
-        shape_range = ranges.complete(shape_range, ex.input_dim_names(graph), graph.input_shapes)
     workload = candidate.workload if candidate is not None else prep.workload
     execution = dict(candidate.execution) if candidate is not None else \
         dict(plan.details.get("execution") or {"cpu_threads": 1, "run_as": "pipeline"})
@@ -821,7 +819,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
             # compiles each part anew): the split gives way to its rival
             raise _SplitDoesNotPay(f"a part did not load as planned: {e}") from None
         if shape_range:
-            _check_range(prep, folder, shape_range, checked)
+            _check_range(prep, folder, checked)
         seconds["verify"] = time.perf_counter() - t
         if timed and "part_ms" in checked:
             _predict_from_parts(prep, machine.Candidate(plan, workload, execution, predicted),
@@ -867,7 +865,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
     if wins:
         result["providers"] = wins
     if shape_range:
-        result["model"]["shape_range"] = ranges.as_json(shape_range)
+        result["model"]["shape_range"] = exported.manifest["model"]["shape_range"]
     if checked.get("per_shape"):
         result["per_shape"] = [
             {"shapes": r["shapes"], "planned": r["planned"],
@@ -886,14 +884,14 @@ class _SplitDoesNotPay(Exception):
     """A written split's parts, timed, promise less than its rival kept whole."""
 
 
-def _check_range(prep: Prepared, folder: Path, shape_range, checked: dict[str, Any]) -> None:
-    """The staged parts run at the range's other check shapes (the planning shape's run
-    is ``checked``): each shape's verification (the worst becomes ``checked["verify"]``)
-    and its parts' times, in ``checked["per_shape"]``."""
+def _check_range(prep: Prepared, folder: Path, checked: dict[str, Any]) -> None:
+    """The staged parts run at the other check shapes of the range their manifest records
+    (the planning shape's run is ``checked``): each shape's verification (the worst
+    becomes ``checked["verify"]``) and its parts' times, in ``checked["per_shape"]``."""
     planned = {k: tuple(v) for k, v in prep.graph.input_shapes.items()}
     manifest = json.loads((folder / ex.MANIFEST).read_text())
     rows = []
-    for shapes in ranges.check_shapes(shape_range, planned):
+    for shapes in ranges.check_shapes(ranges.from_json(manifest["model"]["shape_range"]), planned):
         if shapes == planned:
             got = checked
         else:

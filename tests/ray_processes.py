@@ -81,3 +81,40 @@ def serve_in_background(parts_dir, ready_file, *args: str, name: str = "mlp", wa
             _, err = proc.communicate()
         pytest.fail(f"not serving within {wait_s:g} s: {err.decode()[-2000:]}")
     return proc, f"127.0.0.1:{port}"
+
+
+def ask_concurrently(url: str, session, shape_of, clients: int, requests: int, *, rtol: float, atol: float,
+                     join_s: float, name: str = "mlp") -> tuple[list[str], list[int]]:
+    """``clients`` tritonclient clients at once, each sending ``requests`` requests of
+    random floats (client k's j-th of shape ``shape_of(k, j)``, binary and JSON in turn),
+    each answer checked against ``session`` (onnxruntime on the original model):
+    (what went wrong, the rows of each request answered right)."""
+    import threading
+
+    import numpy as np
+    from tritonclient.http import InferenceServerClient, InferInput
+
+    x_name, y_name = session.get_inputs()[0].name, session.get_outputs()[0].name
+    errors: list[str] = []
+    rows: list[int] = []
+
+    def one_client(k: int) -> None:
+        c = InferenceServerClient(url)
+        rng = np.random.default_rng(k)
+        for j in range(requests):
+            x = rng.standard_normal(shape_of(k, j)).astype(np.float32)
+            inp = InferInput(x_name, list(x.shape), "FP32")
+            inp.set_data_from_numpy(x, binary_data=(j % 2 == 0))
+            try:
+                got = c.infer(name, [inp]).as_numpy(y_name)
+                np.testing.assert_allclose(got, session.run(None, {x_name: x})[0], rtol=rtol, atol=atol)
+                rows.append(x.shape[0])
+            except Exception as e:  # noqa: BLE001 (collected, asserted by the caller)
+                errors.append(f"client {k} request {j}: {' '.join(str(e).split())[:300]}")
+
+    threads = [threading.Thread(target=one_client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=join_s)
+    return errors, rows

@@ -9,7 +9,6 @@ import asyncio
 import json
 import signal
 import subprocess
-import threading
 import time
 
 import numpy as np
@@ -439,8 +438,7 @@ def test_serve_batches_concurrent_clients_and_each_gets_the_models_answer(tmp_pa
     import onnx
     import onnxruntime as ort
     from onnx_models import mlp
-    from ray_processes import gone, serve_in_background
-    from tritonclient.http import InferInput
+    from ray_processes import ask_concurrently, gone, serve_in_background
 
     from onnxsplit.export import export
     from onnxsplit.graph import OpGraph
@@ -458,33 +456,13 @@ def test_serve_batches_concurrent_clients_and_each_gets_the_models_answer(tmp_pa
         assert all(v.type.tensor_type.shape.dim[0].dim_param == "batch"
                    for v in list(m.graph.input) + list(m.graph.output))
     session = ort.InferenceSession(str(model), providers=[cpu])
-    y_name = session.get_outputs()[0].name
     proc, url = serve_in_background(parts.out, tmp_path / "ready.json")
     try:
         client = httpclient.InferenceServerClient(url)
         assert client.get_model_metadata("mlp")["inputs"][0]["shape"] == [-1, width]
 
-        errors, rows = [], []
-
-        def one_client(k: int) -> None:
-            c = httpclient.InferenceServerClient(url)
-            rng = np.random.default_rng(k)
-            for j in range(6):
-                x = rng.standard_normal((1 + (k + j) % 2, width)).astype(np.float32)
-                inp = InferInput("x", list(x.shape), "FP32")
-                inp.set_data_from_numpy(x, binary_data=(j % 2 == 0))
-                try:
-                    got = c.infer("mlp", [inp]).as_numpy(y_name)
-                    np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
-                    rows.append(x.shape[0])
-                except Exception as e:  # noqa: BLE001 (collected, asserted below)
-                    errors.append(f"client {k} request {j}: {' '.join(str(e).split())[:300]}")
-
-        threads = [threading.Thread(target=one_client, args=(k,)) for k in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
+        errors, rows = ask_concurrently(url, session, lambda k, j: (1 + (k + j) % 2, width), clients=16,
+                                        requests=6, rtol=1e-5, atol=1e-6, join_s=120)
         assert not errors, errors[:3]
         assert len(rows) == 96  # none lost
         stats = client.get_inference_statistics("mlp")["model_stats"][0]

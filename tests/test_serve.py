@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import threading
 import urllib.error
 import urllib.request
 
@@ -14,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ray_processes import gone, serve_in_background
+from ray_processes import ask_concurrently, gone, serve_in_background
 from onnxsplit.running.kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -116,7 +115,7 @@ def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):
                    tmp_path / "parts", providers={"cpu0": cpu, "cpu1": cpu}, threads={"cpu0": 1, "cpu1": 1},
                    plan={"objective": "throughput"}).out
     session = ort.InferenceSession(str(model), providers=[cpu])
-    x_name, y_name = session.get_inputs()[0].name, session.get_outputs()[0].name
+    x_name = session.get_inputs()[0].name
     shape = session.get_inputs()[0].shape
     proc, url = serve_in_background(parts, tmp_path / "ready.json")
     try:
@@ -124,29 +123,9 @@ def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):
         assert client.is_server_ready() and client.is_model_ready("mlp")
         assert client.get_model_metadata("mlp")["inputs"][0]["shape"] == shape
 
-        errors, answered = [], []
-
-        def one_client(k: int) -> None:
-            c = httpclient.InferenceServerClient(url)
-            rng = np.random.default_rng(k)
-            for j in range(50):
-                x = rng.standard_normal(shape).astype(np.float32)
-                inp = InferInput(x_name, shape, "FP32")
-                inp.set_data_from_numpy(x, binary_data=(j % 2 == 0))
-                try:
-                    got = c.infer("mlp", [inp]).as_numpy(y_name)
-                    want = session.run(None, {x_name: x})[0]
-                    if not np.allclose(got, want, atol=1e-5):
-                        errors.append(f"client {k} request {j}: wrong answer")
-                    answered.append(1)
-                except Exception as e:  # noqa: BLE001 (collected, asserted below)
-                    errors.append(f"client {k} request {j}: {e}")
-
-        threads = [threading.Thread(target=one_client, args=(k,)) for k in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=300)
+        # (np.allclose(got, want, atol=1e-5): rtol 1e-5 as its default)
+        errors, answered = ask_concurrently(url, session, lambda k, j: shape, clients=8, requests=50,
+                                            rtol=1e-5, atol=1e-5, join_s=300)
         assert not errors, errors[:3]
         assert len(answered) == 400  # none lost
 
