@@ -279,6 +279,9 @@ def _parser() -> argparse.ArgumentParser:
     rn.add_argument("--fallback-cpu", action="store_true",
                     help="run a part whose execution provider or device this machine lacks on the CPU "
                          "(its outputs are checked; its timings are not the plan's)")
+    rn.add_argument("--report", action="store_true",
+                    help="also time each part and draw what was measured beside the prediction in "
+                         "PARTS/report.html (replaced in one step; only a report onnxsplit wrote)")
 
     sv = sub.add_parser("serve", help="serve a parts folder over HTTP (Ray Serve, Open Inference Protocol)",
                         description="Run the parts as a Ray Serve application (one deployment per part) "
@@ -449,7 +452,8 @@ def _print_split(result: dict, as_json: bool) -> int:
         print(f"verify: max abs error {verify['max_abs_error']:.2g}, max rel error "
               f"{verify['max_rel_error']:.2g} over {verify['outputs']} outputs{where}"
               + (f" (tolerance {_tolerance_text(verify)})" if not bad else " -- ABOVE " + _tolerance_text(verify)))
-    print(f"wrote {result['out']}: {' '.join(result['parts'])} manifest.json plan.json")
+    print(f"wrote {result['out']}: {' '.join(result['parts'])} manifest.json plan.json"
+          + (" report.html" if result.get("report") else ""))
     at = ""
     if result.get("per_shape"):
         last = result["per_shape"][-1]["shapes"]
@@ -506,8 +510,18 @@ def _run(args) -> int:
         from .running.runner import random_feeds
 
         extra["feeds"] = random_feeds(inputs_at(read_manifest(args.parts), api.parse_input_shapes(args.shape)))
+    if args.report:
+        from .measured_report import check_writable
+
+        check_writable(args.parts)  # before the run, not after it
+        extra["time_parts"] = True
     result = run_parts(args.parts, model=args.model, samples=args.samples, warmup=args.warmup,
                        measure=not args.no_measure, fallback_cpu=args.fallback_cpu, **extra)
+    if args.report:
+        from . import measured_report
+        from .running.manifest import read_manifest
+
+        result["report"] = str(measured_report.write(args.parts, read_manifest(args.parts), result))
     bad = not result["verify"]["ok"]
     if bad:  # also on stderr: a script sees why the exit status is 1
         v = result["verify"]
@@ -533,6 +547,8 @@ def _run(args) -> int:
         print(f"placement: of {a['checked']} annotated nodes onnxruntime kept by name, "
               f"{a['checked'] - a['elsewhere']} run where the plan put them, {a['elsewhere']} "
               f"elsewhere ({a['fused']} fused under new names)")
+    if result.get("report"):
+        print(f"report: {result['report']} (measured beside predicted)")
     if "measured" not in result:
         return 1 if bad else 0
     rows = [("onnxsplit, measured", result["measured"]), ("onnxsplit, predicted", result["predicted"])]

@@ -375,7 +375,7 @@ def _configure_devices(model: onnx.ModelProto, parts: list[Part], pipelined: boo
 # the files onnxsplit writes into a parts folder: --force replaces a folder holding these
 # (and a manifest) and nothing else
 _MADE = re.compile(r"^(part\d+_[A-Za-z0-9_.-]+\.onnx|weights\.bin|manifest\.json|plan\.json|"
-                   r"annotated\.onnx|session\.json)$")
+                   r"annotated\.onnx|session\.json|report\.html)$")
 
 
 def _writable_parent(out: Path) -> None:

@@ -37,7 +37,7 @@ def device_colors(workload: Workload) -> dict[str, str]:
     return out
 
 
-def _esc(x: Any) -> str:
+def esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
@@ -62,10 +62,10 @@ def methods_svg(rows: Sequence[dict], bound: float | None, width: int = 760) -> 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" class="methods">']
     for i, (method, plan, error) in enumerate(plans):
         y = 10 + i * row_h
-        parts.append(f'<text x="0" y="{y + 14}" class="lbl">{_esc(method)}</text>')
+        parts.append(f'<text x="0" y="{y + 14}" class="lbl">{esc(method)}</text>')
         if plan is None or plan.value is None:
             why = error or (plan.status if plan else "no plan")
-            parts.append(f'<text x="{label_w}" y="{y + 14}" class="muted">{_esc(why)[:90]}</text>')
+            parts.append(f'<text x="{label_w}" y="{y + 14}" class="muted">{esc(why)[:90]}</text>')
             continue
         w = max(1.0, bar_w * min(plan.value, top) / top)
         cut = plan.value > top
@@ -74,11 +74,11 @@ def methods_svg(rows: Sequence[dict], bound: float | None, width: int = 760) -> 
         over = f"+{plan.value / bound - 1:.1%}" if bound else ""
         note = " (breaks constraints)" if bad else ""
         parts.append(f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 8}" fill="{color}">'
-                     f'<title>{_esc(method)}: {plan.value:.6g} ({plan.status}){_esc(note)}</title></rect>')
+                     f'<title>{esc(method)}: {plan.value:.6g} ({plan.status}){esc(note)}</title></rect>')
         if cut:
             parts.append(f'<text x="{label_w + w - 10:.1f}" y="{y + 14}" class="inbar">&#187;</text>')
         parts.append(f'<text x="{label_w + w + 6:.1f}" y="{y + 14}" class="val">{plan.value:.5g} '
-                     f'{over} {_esc(plan.status)}{_esc(note)}</text>')
+                     f'{over} {esc(plan.status)}{esc(note)}</text>')
     if bound:
         x = label_w + bar_w * bound / top
         parts.append(f'<line x1="{x:.1f}" y1="4" x2="{x:.1f}" y2="{h - 14}" class="bound"/>')
@@ -90,34 +90,47 @@ def methods_svg(rows: Sequence[dict], bound: float | None, width: int = 760) -> 
 # ------------------------------------------------------------------------------ the graph
 
 
-def _layers(workload: Workload) -> np.ndarray:
+def _layers(workload: Workload, inside: np.ndarray) -> np.ndarray:
     level = np.zeros(workload.n, dtype=np.int64)
     for v in workload.topological_order:
         for u in workload.predecessors[v]:
-            level[v] = max(level[v], level[u] + 1)
+            if inside[u]:
+                level[v] = max(level[v], level[u] + 1)
     return level
 
 
 def graph_svg(workload: Workload, assignment: dict[int, str], colors: dict[str, str],
-              max_labels: int = 40) -> str:
+              max_labels: int = 40, nodes=None) -> str:
     """Operators in topological layers (left to right), coloured by device; edges that
-    cross devices in red, the largest labelled with the bytes (or ms) they move."""
+    cross devices in red, the largest labelled with the bytes (or ms) they move.
+    ``nodes`` (indices): draw those alone (one group of a large model), a node that
+    exchanges a tensor with another device outside them outlined in red."""
     dev = evaluate.device_array(workload, assignment)
     names = [d.name for d in workload.devices]
-    level = _layers(workload)
+    inside = np.ones(workload.n, dtype=bool)
+    if nodes is not None:
+        inside[:] = False
+        inside[np.asarray(list(nodes), dtype=np.int64)] = True
+    level = _layers(workload, inside)
     slot = np.zeros(workload.n, dtype=np.int64)
     count: dict[int, int] = {}
     for v in workload.topological_order:
-        slot[v] = count.get(int(level[v]), 0)
-        count[int(level[v])] = slot[v] + 1
+        if inside[v]:
+            slot[v] = count.get(int(level[v]), 0)
+            count[int(level[v])] = slot[v] + 1
     x = level * (NODE_W + GAP_X) + 10
     y = slot * (NODE_H + GAP_Y) + 10
-    width = int(x.max(initial=0)) + NODE_W + 20
-    height = int(y.max(initial=0)) + NODE_H + 20
+    width = int(x[inside].max(initial=0)) + NODE_W + 20
+    height = int(y[inside].max(initial=0)) + NODE_H + 20
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" class="graph">']
     cut = []
+    outlined = set()
     for e, s, t in zip(workload.edges, workload.edge_src, workload.edge_dst):
         crossing = dev[s] != dev[t]
+        if not (inside[s] and inside[t]):
+            if crossing:
+                outlined.update(v for v in (s, t) if inside[v])
+            continue
         x1, y1 = x[s] + NODE_W, y[s] + NODE_H / 2
         x2, y2 = x[t], y[t] + NODE_H / 2
         cls = "cut" if crossing else "edge"
@@ -128,15 +141,16 @@ def graph_svg(workload: Workload, assignment: dict[int, str], colors: dict[str, 
     for amount, is_bytes, x1, y1, x2, y2 in sorted(cut, key=lambda c: -c[0])[:max_labels]:
         label = bytes_text(amount) if is_bytes else f"{amount:.3g} ms"
         parts.append(f'<text x="{(x1 + x2) / 2:.1f}" y="{(y1 + y2) / 2 - 2:.1f}" class="cutlbl">'
-                     f'{_esc(label)}</text>')
-    for v in range(workload.n):
+                     f'{esc(label)}</text>')
+    for v in np.flatnonzero(inside):
         nd = workload.nodes[v]
         d = names[dev[v]]
         op = (nd.extra or {}).get("opType", "")
         tip = (f"{nd.name or nd.id} {op} on {d}: cpu {nd.cpu_latency:.4g} ms, acc "
                f"{nd.acc_latency:.4g} ms{'' if nd.supported else ' (CPU only)'}")
+        edge = ' stroke="#e53e3e" stroke-width="2"' if v in outlined else ""
         parts.append(f'<rect x="{x[v]}" y="{y[v]}" width="{NODE_W}" height="{NODE_H}" rx="2" '
-                     f'fill="{colors[d]}"><title>{_esc(tip)}</title></rect>')
+                     f'fill="{colors[d]}"{edge}><title>{esc(tip)}</title></rect>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -153,7 +167,7 @@ def _gantt(rows: list[str], bars: list[tuple[str, float, float, str, str]], tota
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" class="gantt">']
     index = {r: i for i, r in enumerate(rows)}
     for r, i in index.items():
-        out.append(f'<text x="0" y="{i * row_h + 18}" class="lbl">{_esc(r)}</text>')
+        out.append(f'<text x="0" y="{i * row_h + 18}" class="lbl">{esc(r)}</text>')
         out.append(f'<line x1="{label_w}" y1="{i * row_h + 24}" x2="{width - 10}" '
                    f'y2="{i * row_h + 24}" class="edge"/>')
     for row, a, b, kind, label in bars:
@@ -162,10 +176,10 @@ def _gantt(rows: list[str], bars: list[tuple[str, float, float, str, str]], tota
         fill = colors.get(row, "#718096") if kind == "compute" else "#e2e8f0"
         out.append(f'<rect x="{label_w + a * scale:.1f}" y="{i * row_h + 4}" width="{w:.1f}" '
                    f'height="{row_h - 8}" fill="{fill}" stroke="#2d3748" stroke-width="0.3">'
-                   f'<title>{_esc(label)}: {a:.4g}-{b:.4g} ms</title></rect>')
+                   f'<title>{esc(label)}: {a:.4g}-{b:.4g} ms</title></rect>')
         if w > 40:
             out.append(f'<text x="{label_w + a * scale + 3:.1f}" y="{i * row_h + 17}" '
-                       f'class="inbar">{_esc(label)[:int(w / 6)]}</text>')
+                       f'class="inbar">{esc(label)[:int(w / 6)]}</text>')
     for t in np.linspace(0, total, 6):
         xx = label_w + t * scale
         out.append(f'<text x="{xx:.1f}" y="{h - 4}" class="muted">{t:.3g} ms</text>')
@@ -173,7 +187,7 @@ def _gantt(rows: list[str], bars: list[tuple[str, float, float, str, str]], tota
     return "".join(out)
 
 
-def sample_timeline_svg(workload: Workload, plan: Plan, colors: dict[str, str]) -> str:
+def sample_timeline_svg(workload: Workload, plan: Plan, colors: dict[str, str], width: int = 900) -> str:
     """One sample through the devices: each call, with its transfers in and out."""
     serial = plan.objective == "throughput"
     calls = evaluate.schedule(workload, plan.assignment, plan.pieces or None, serial_cpus=serial)
@@ -187,11 +201,11 @@ def sample_timeline_svg(workload: Workload, plan: Plan, colors: dict[str, str]) 
         if c.finish > c.compute_end:
             bars.append((c.device, c.compute_end, c.finish, "transfer", "outputs out"))
     total = max((c.finish for c in calls), default=0.0)
-    return _gantt(used, bars, total, colors)
+    return _gantt(used, bars, total, colors, width)
 
 
 def pipeline_timeline_svg(workload: Workload, plan: Plan, colors: dict[str, str],
-                          samples: int = 4) -> str:
+                          samples: int = 4, width: int = 900) -> str:
     """Steady state of a throughput plan: stage s works on sample j in slot j + s of length
     max load (the period), for its own load."""
     loads = evaluate.max_load(workload, plan.assignment).loads
@@ -204,7 +218,7 @@ def pipeline_timeline_svg(workload: Workload, plan: Plan, colors: dict[str, str]
             start = (j + s) * period
             bars.append((d, start, start + loads[d], "compute", f"sample {j + 1}"))
     total = (samples + len(stages) - 1) * period
-    return _gantt(stages, bars, total, colors)
+    return _gantt(stages, bars, total, colors, width)
 
 
 def loads_table(workload: Workload, plan: Plan, colors: dict[str, str]) -> str:
@@ -218,12 +232,12 @@ def loads_table(workload: Workload, plan: Plan, colors: dict[str, str]) -> str:
         if d.name not in counts:
             continue
         w = 300 * loads[d.name] / top
-        rows.append(f'<tr><td><span class="sw" style="background:{colors[d.name]}"></span>{_esc(d.name)}</td>'
+        rows.append(f'<tr><td><span class="sw" style="background:{colors[d.name]}"></span>{esc(d.name)}</td>'
                     f'<td class="r">{counts[d.name]}</td><td class="r">{loads[d.name]:.4g}</td>'
                     f'<td><svg width="310" height="12"><rect width="{w:.1f}" height="12" '
                     f'fill="{colors[d.name]}"/></svg></td></tr>')
     idle = [d.name for d in workload.devices if d.name not in counts]
-    foot = f'<p class="muted">idle: {_esc(", ".join(idle))}</p>' if idle else ""
+    foot = f'<p class="muted">idle: {esc(", ".join(idle))}</p>' if idle else ""
     return ('<table><tr><th>device</th><th>operators</th><th>load ms</th><th></th></tr>'
             + "".join(rows) + "</table>" + foot)
 
@@ -252,7 +266,7 @@ def render(workload: Workload, rows: Sequence[dict], objective: str, bound: floa
     plan whose placement and timelines are drawn."""
     colors = device_colors(workload)
     used = sorted(set(drawn.assignment.values()), key=lambda d: [x.name for x in workload.devices].index(d))
-    legend = "".join(f'<span><span class="sw" style="background:{colors[d]}"></span>{_esc(d)}</span>'
+    legend = "".join(f'<span><span class="sw" style="background:{colors[d]}"></span>{esc(d)}</span>'
                      for d in used)
     unit = "ms per sample (max load)" if objective == "throughput" else "ms (latency)"
     good = [r for r in rows if r.get("plan") is not None and r["plan"].value is not None
@@ -260,8 +274,8 @@ def render(workload: Workload, rows: Sequence[dict], objective: str, bound: floa
     others = ", ".join(f"{r['method']} {r['plan'].value / bound - 1:+.1%}" for r in good
                        if bound and r["plan"] is not drawn)
     gap = f"; {drawn.value / bound - 1:+.1%} above the best proven bound {bound:.5g}" if bound else ""
-    summary = (f"Drawn: <b>{_esc(drawn.method)}</b>, {drawn.value:.5g} {unit} ({_esc(drawn.status)}){gap}."
-               + (f" Others vs the bound: {_esc(others)}." if others else ""))
+    summary = (f"Drawn: <b>{esc(drawn.method)}</b>, {drawn.value:.5g} {unit} ({esc(drawn.status)}){gap}."
+               + (f" Others vs the bound: {esc(others)}." if others else ""))
     pipeline = ""
     if objective == "throughput":
         pipeline = ("<h2>Pipeline, steady state</h2><p class='muted'>Each stage works on one sample "
@@ -270,14 +284,14 @@ def render(workload: Workload, rows: Sequence[dict], objective: str, bound: floa
     memory = f" (memory {bytes_text(workload.accelerator_memory)} each)" if workload.num_accelerators else ""
     serial = ("each core runs its part serially" if objective == "throughput"
               else "the paper's model: CPU operators run in parallel, each accelerator piece is one call")
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{_esc(title)}</title>
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>{CSS}</style></head><body>
-<h1>{_esc(title)}</h1>
-<p class="muted">{objective}: {workload.n} operators, {_esc(workload.device_summary())}{memory}</p>
+<h1>{esc(title)}</h1>
+<p class="muted">{objective}: {workload.n} operators, {esc(workload.device_summary())}{memory}</p>
 <p class="summary">{summary}</p>
 <h2>Methods against the best proven bound ({unit})</h2>
 {methods_svg(rows, bound)}
-<h2>Placement: {_esc(drawn.method)}</h2>
+<h2>Placement: {esc(drawn.method)}</h2>
 <p class="legend">{legend} <span style="color:#c53030">red: tensors crossing devices</span></p>
 <div class="scroll">{graph_svg(workload, drawn.assignment, colors)}</div>
 <h2>Where the time goes</h2>

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from . import calibrate, machine, ranges
+from . import calibrate, machine, parts_report, ranges
 from .providers import openvino
 from . import export as ex
 from .build import build_workload, choose_accelerators, pick_entries, providers_needed
@@ -829,6 +829,13 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
         elif checked.get("per_shape"):
             _scale_per_shape(predicted, checked["per_shape"], folder, int(execution.get("replicas") or 1))
 
+    def check_and_draw(folder: Path) -> None:
+        """The check, then the picture of what passed it (report.html), before the swap."""
+        check(folder)
+        parts_report.write(folder, workload, plan, title=f"onnxsplit: {Path(graph.path).name}",
+                           predicted=predicted)
+
+    predicted["part_profile_ms"] = _part_profile_ms(workload, plan, graph, device_of, providers, piece_of)
     seconds: dict[str, float] = dict(prep.seconds)
     try:
         exported = ex.export(graph, device_of, out, providers=providers, piece_of=piece_of,
@@ -837,7 +844,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                                                         "lower_bound", "gap")},
                          files={PLAN_FILE: json.dumps(plan_obj, indent=1) + "\n"}, force=force,
                          optimization=execution.get("optimization"), replicas=replicas,
-                         session=session, before_swap=check,
+                         session=session, before_swap=check_and_draw,
                          device_ids=device_ids(workload, prep.cluster, prep.accelerator),
                          machines=device_machines(workload, prep.cluster, prep.accelerator),
                          shape_range=shape_range)
@@ -861,6 +868,8 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                   "weight_bytes": graph.weight_bytes,
                   "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()}},
     }
+    if (exported.out / parts_report.REPORT).is_file():
+        result["report"] = str(exported.out / parts_report.REPORT)
     wins = machine.provider_wins(prep.workload)
     if wins:
         result["providers"] = wins
@@ -878,6 +887,17 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
             result["assignment"] = checked["assignment"]
     result["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
     return result
+
+
+def _part_profile_ms(workload, plan: Plan, graph, device_of, providers, piece_of) -> dict[str, float]:
+    """Each part's time as the profile predicts it (its operators' times on its device), by
+    part name: what ``run --report`` draws a part's measured time against where the
+    split did not time its parts."""
+    ms = machine.node_times(workload, plan.assignment)
+    at = {n.name: v for v, n in enumerate(graph.nodes)}
+    index = workload.index
+    return {p.name: round(float(sum(ms[index[at[n]]] for n in p.nodes)), 6)
+            for p in ex.make_parts(graph, device_of, providers, piece_of)}
 
 
 class _SplitDoesNotPay(Exception):

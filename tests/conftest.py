@@ -129,6 +129,11 @@ SLOW = frozenset({
     "test_recalibrate_measures_the_machine_again",
     "test_run_parts_measures_and_checks",
     "test_run_weighs_the_default_session_against_its_calibrated_figures",
+    # test_parts_report.py: a model profiled and calibrated, its report opened in headless
+    # Chromium (10 - 45 s a case)
+    "test_small_bert_report_from_the_main_command_and_run_report",
+    "test_a_decoder_split_by_its_layers_reads_one_row_a_layer",
+    "test_a_10000_operator_workload_fits_two_screens",
 })
 
 MARKERS = {

@@ -89,3 +89,63 @@ def control_flow(path: Path) -> Path:
     ]
     zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
     return save(make(nodes, [vi("x", [4, 16])], [vi("y", [4, 16])], [scale, trips, yes, zero]), path)
+
+
+def decoder(path: Path, layers: int = 32, hidden: int = 16, seq: int = 8, vocab: int = 64) -> Path:
+    """A Llama-shaped decoder with the name scopes torch.onnx's TorchScript exporter writes
+    (``/model/layers.3/self_attn/q_proj/MatMul``): embedding, ``layers`` blocks of
+    attention (one head) and a gated MLP, each after a LayerNormalization and added back,
+    a final norm and ``/lm_head``.  Tiny, so that its structure, not its work, shows."""
+    n = 0
+    inits = [weight("embed", (vocab, hidden), 1000)]
+
+    def w(shape):
+        nonlocal n
+        n += 1
+        inits.append(weight(f"w{n}", shape, n))
+        return f"w{n}"
+
+    def ln(scope: str, x: str) -> tuple:
+        s, b = w((hidden,)), w((hidden,))
+        return helper.make_node("LayerNormalization", [x, s, b], [f"{scope}/ln_out"],
+                                name=f"{scope}/LayerNormalization", axis=-1), f"{scope}/ln_out"
+
+    def op(kind: str, scope: str, ins: list, **attrs) -> tuple:
+        out = f"{scope}/{kind}_out"
+        return helper.make_node(kind, ins, [out], name=f"{scope}/{kind}", **attrs), out
+
+    scale = numpy_helper.from_array(np.array(hidden ** -0.5, np.float32), "scale")
+    inits.append(scale)
+    nodes = []
+    node, x = op("Gather", "/model/embed_tokens", ["embed", "input_ids"])
+    nodes.append(node)
+    for i in range(layers):
+        p = f"/model/layers.{i}"
+        a, h = ln(f"{p}/input_layernorm", x)
+        nodes.append(a)
+        got = {}
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            node, got[proj] = op("MatMul", f"{p}/self_attn/{proj}", [h, w((hidden, hidden))])
+            nodes.append(node)
+        t, kt = op("Transpose", f"{p}/self_attn", [got["k_proj"]], perm=[0, 2, 1])
+        qk, s = op("MatMul", f"{p}/self_attn", [got["q_proj"], kt])
+        sc, s2 = op("Mul", f"{p}/self_attn", [s, "scale"])
+        sm, pr = op("Softmax", f"{p}/self_attn", [s2], axis=-1)
+        av = helper.make_node("MatMul", [pr, got["v_proj"]], [f"{p}/self_attn/av"], name=f"{p}/self_attn/MatMul_1")
+        o, attn = op("MatMul", f"{p}/self_attn/o_proj", [f"{p}/self_attn/av", w((hidden, hidden))])
+        r1 = helper.make_node("Add", [x, attn], [f"{p}/res1"], name=f"{p}/Add")
+        b, h2 = ln(f"{p}/post_attention_layernorm", f"{p}/res1")
+        g, gate = op("MatMul", f"{p}/mlp/gate_proj", [h2, w((hidden, 2 * hidden))])
+        u, up = op("MatMul", f"{p}/mlp/up_proj", [h2, w((hidden, 2 * hidden))])
+        sg, sig = op("Sigmoid", f"{p}/mlp/act_fn", [gate])
+        sl = helper.make_node("Mul", [gate, sig], [f"{p}/mlp/silu"], name=f"{p}/mlp/act_fn/Mul")
+        gu = helper.make_node("Mul", [f"{p}/mlp/silu", up], [f"{p}/mlp/gated"], name=f"{p}/mlp/Mul")
+        d, down = op("MatMul", f"{p}/mlp/down_proj", [f"{p}/mlp/gated", w((2 * hidden, hidden))])
+        r2 = helper.make_node("Add", [f"{p}/res1", down], [f"{p}/res2"], name=f"{p}/Add_1")
+        nodes += [t, qk, sc, sm, av, o, r1, b, g, u, sg, sl, gu, d, r2]
+        x = f"{p}/res2"
+    c, h = ln("/model/norm", x)
+    head, logits = op("MatMul", "/lm_head", [h, w((hidden, vocab))])
+    nodes += [c, head]
+    model = make(nodes, [vi("input_ids", [1, seq], TP.INT64)], [vi(logits, [1, seq, vocab])], inits)
+    return save(model, path)
