@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from onnxsplit import api
 from onnxsplit.errors import OnnxsplitError
 from onnxsplit.solve import evaluate
 from onnxsplit.solve.latency import bounds as latency_bounds
+from onnxsplit.solve.latency.bound_series import series_lower_bound
 from onnxsplit.solve.latency import dp as latency_dp
 from onnxsplit.solve.latency import ip as latency_ip
 from onnxsplit.solve import orders
@@ -63,6 +65,34 @@ def test_path_bound_is_below_every_plan(seed):
         assert bound <= best * (1 + 1e-9) + 1e-9, f"pieces={pieces}: bound {bound} above optimum {best}"
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_the_cut_of_any_path_with_its_hulls_is_below_every_plan(seed):
+    data = bf.random_workload(seed, n_range=(2, 7), k_range=(1, 2), l_range=(0, 1), class_p=0.2)
+    w = Workload.from_paper_json(data)
+    best = _brute_min(data, 1)
+    if best is None:
+        return
+    rng = random.Random(seed)
+    for _ in range(4):  # paths the heaviest-path rule would not pick
+        path = latency_bounds.heaviest_path(w, np.array([rng.random() for _ in range(w.n)]))
+        value = latency_dp.cut_sequence(w, path, w.num_accelerators, hull=True)[0]
+        assert value <= best * (1 + 1e-9) + 1e-9, f"path {path}: {value} above the optimum {best}"
+    assert latency_bounds.latency_lower_bound(w, 1, call_cuts=False) <= best * (1 + 1e-9) + 1e-9
+
+
+def test_a_call_holding_a_fork_and_its_join_holds_the_branch_beside_the_path():
+    # x -> a -> y and x -> b -> y; on the accelerator x, a, y take 1 each, b takes 5; on
+    # the CPU everything takes 100: the best plan is all in one call, 8
+    data = workload([node(0, cpu=100, acc=1), node(1, cpu=100, acc=1), node(2, cpu=100, acc=5),
+                     node(3, cpu=100, acc=1)], [edge(0, 1, 0.0), edge(0, 2, 0.0), edge(1, 3, 0.0), edge(2, 3, 0.0)],
+                    k=1, l=1)
+    w = Workload.from_paper_json(data)
+    assert _brute_min(data, 1) == pytest.approx(8.0)
+    assert latency_dp.cut_sequence(w, [0, 1, 3], 1)[0] == pytest.approx(3.0)  # the path alone
+    assert latency_dp.cut_sequence(w, [0, 1, 3], 1, hull=True)[0] == pytest.approx(8.0)
+    assert latency_bounds.latency_lower_bound(w, 1, call_cuts=False) == pytest.approx(8.0)
+
+
 def _chain(seed, n=6, k=2, chords=True):
     """A chain 0 -> 1 -> ... (plus random chords i -> j) with positive latencies and sizes
     that make memory bind: the path bound sees the whole graph, so it is exact."""
@@ -105,8 +135,10 @@ def test_latency_ip_is_proven_on_a_chain_by_either_bound():
     w = Workload.from_paper_json(_chain(3, n=8, k=3))
     plan = api.solve(w, "latency", "ip", time_limit=30)
     assert plan.gap is not None and plan.gap <= 0.01
-    # the bound composed along the chain's cut vertices goes first and proves it alone
-    assert plan.details["series_bound"] >= plan.value * (1 - 0.01)
+    # the path bound's hull cuts go first (a moment on any graph) and prove it alone; so
+    # does the bound composed along the chain's cut vertices
+    assert plan.details["path_bound"] >= plan.value * (1 - 0.01) and "series_bound" not in plan.details
+    assert series_lower_bound(w, time.perf_counter() + 30) >= plan.value * (1 - 0.01)
     assert plan.lower_bound <= plan.value
     assert plan.seconds >= plan.details["warm_start_seconds"] >= 0  # the warm start's time counts
     # without it, the path bound proves the same plan

@@ -17,6 +17,14 @@ path); ``--isolated N`` instead gives N nodes without edges.
 
 ``--memory-share`` is each accelerator's memory as a share of all the weights (0: no
 limit).  Used by ``tools/bench_deadlines.py`` and the deadline tests.
+
+``--structure varied`` builds instead a chain of blocks of about ``--block-nodes`` operators
+whose shape the seed draws, block by block, so that no method or bound is tuned to one
+generator: parallel branches (fan-outs of one to three, joined again), tiny shape
+arithmetic the accelerators do not take (fed from the model's input, as exports hoist it, or
+from inside the block), skip connections reading a block two to four back, and blocks
+heavy or light (their work scaled from a tenth to four times).  ``--shapes`` fixes where
+the shape arithmetic reads from.
 """
 
 from __future__ import annotations
@@ -99,10 +107,52 @@ class _Builder:
         return self.add(f"{p}.residual2", SEQ * HIDDEN, [down, res1])
 
 
+    def varied_block(self, i: int, x: int, earlier: list[int], source: int, size: int,
+                     shapes: str = "mixed") -> int:
+        """One block of about ``size`` operators, its structure drawn from the seed."""
+        rng, p = self.rng, f"block{i}"
+        scale = rng.choice((0.1, 0.3, 1.0, 1.0, 2.0, 4.0))
+        width = int(HIDDEN * min(2.0, max(0.25, scale ** 0.5)))
+        if len(earlier) >= 4 and rng.random() < 0.3:  # a skip connection across blocks
+            x = self.add(f"{p}.skip", SEQ * width, [x, earlier[-rng.randint(2, 4)]])
+        shape = None
+        where = rng.choice(("none", "input", "inline")) if shapes == "mixed" else shapes
+        if where != "none":  # shape arithmetic the accelerators do not take
+            s = self.add(f"{p}.shape", 1, [source if where == "input" else x], out_bytes=24, supported=False)
+            g = self.add(f"{p}.gather", 1, [s], out_bytes=8, supported=False)
+            shape = self.add(f"{p}.concat", 1, [g], out_bytes=32, supported=False)
+        branches = rng.choice((1, 1, 2, 3))
+        per = max(2, (size - 6) // branches)
+        ends = []
+        for b in range(branches):
+            y = x
+            for j in range(per):
+                kind = rng.random()
+                if kind < 0.4:  # a projection: weights and most of the work
+                    y = self.add(f"{p}.b{b}.matmul{j}", 2 * SEQ * width * width * scale, [y],
+                                 weights=width * width * 4, out_bytes=SEQ * width * 4)
+                elif kind < 0.5 and shape is not None:
+                    y = self.add(f"{p}.b{b}.reshape{j}", 1, [y, shape], out_bytes=SEQ * width * 4)
+                else:  # elementwise and reductions: little work, a full activation out
+                    y = self.add(f"{p}.b{b}.ew{j}", SEQ * width * rng.choice((1, 5, 10)) * scale, [y],
+                                 out_bytes=SEQ * width * 4)
+            ends.append(y)
+        y = self.add(f"{p}.join", SEQ * width, ends + [x], out_bytes=SEQ * HIDDEN * 4)
+        return self.add(f"{p}.out", 2 * SEQ * width * HIDDEN * scale, [y], weights=width * HIDDEN * 4)
+
+
 def build(nodes: int, k: int, l: int, memory_share: float, seed: int, isolated: int = 0,
-          shared_mask: bool = False) -> dict:
+          shared_mask: bool = False, structure: str = "encoder", block_nodes: int = 20,
+          shapes: str = "mixed") -> dict:
     b = _Builder(seed)
-    if isolated:
+    if structure == "varied":
+        source = x = b.add("input", SEQ, out_bytes=SEQ * 8, supported=False)
+        blocks = []
+        while len(b.nodes) < nodes - 1:
+            x = b.varied_block(len(blocks), x, blocks, source, block_nodes, shapes)
+            blocks.append(x)
+        b.add("head", 2 * HIDDEN * HIDDEN, [x], weights=HIDDEN * HIDDEN * 4)
+    elif isolated:
         for i in range(isolated):
             b.add(f"n{i}", b.rng.uniform(1e5, 1e8), weights=b.rng.uniform(0, 1e6))
     else:
@@ -136,8 +186,15 @@ def main(argv=None) -> int:
     ap.add_argument("--isolated", type=int, default=0, help="N nodes without edges instead")
     ap.add_argument("--shared-mask", action="store_true",
                     help="one attention mask, made from the input, read by every layer (as exports have)")
+    ap.add_argument("--structure", choices=("encoder", "varied"), default="encoder",
+                    help="transformer encoder layers (default), or blocks whose structure the seed draws")
+    ap.add_argument("--block-nodes", type=int, default=20, help="operators per block with --structure varied")
+    ap.add_argument("--shapes", choices=("mixed", "input", "inline", "none"), default="mixed",
+                    help="with --structure varied: where each block's shape arithmetic reads from "
+                         "(the model's input, inside the block, none, or drawn per block: mixed)")
     a = ap.parse_args(argv)
-    w = build(a.nodes, a.k, a.l, a.memory_share, a.seed, a.isolated, a.shared_mask)
+    w = build(a.nodes, a.k, a.l, a.memory_share, a.seed, a.isolated, a.shared_mask, a.structure, a.block_nodes,
+              a.shapes)
     Path(a.out).write_text(json.dumps(w) + "\n")
     print(f"wrote {a.out}: {len(w['nodes'])} nodes, {len(w['edges'])} edges")
     return 0

@@ -23,12 +23,14 @@ from .call_times import segment_call_times
 from .dp import cut_sequence
 
 
-def latency_lower_bound(w: Workload, pieces: int = 1, seconds: float = 30.0) -> float:
+def latency_lower_bound(w: Workload, pieces: int = 1, seconds: float = 30.0, call_cuts: bool = True) -> float:
     """A latency no plan with at most ``pieces`` calls per accelerator beats: the best cut
     of each of a few heavy paths (longest by accelerator time, CPU time, memory, transfer
     cost, and their mixes), the largest of them.  Each accelerator segment costs at least
-    the least call that can run it, nodes off the path included (:mod:`.call_times`); those
-    cuts are computed for the most promising paths first, for at most ``seconds``."""
+    the nodes between its ends (its hull: calls are convex), then, where time is left, the
+    least call that can run it, nodes off the path included (:mod:`.call_times`, a minimum
+    cut per segment; not without ``call_cuts``), for the most promising paths first; for at
+    most ``seconds`` (the first path's hull cut is always made)."""
     if w.n == 0:
         return 0.0
     deadline = time.perf_counter() + seconds
@@ -38,13 +40,19 @@ def latency_lower_bound(w: Workload, pieces: int = 1, seconds: float = 30.0) -> 
                scale(w.acc_latency) + scale(w.size), scale(w.size) + scale(w.out_cost),
                scale(w.acc_latency) + scale(w.size) + scale(w.out_cost)]
     paths = list(dict.fromkeys(tuple(heaviest_path(w, weight)) for weight in weights))
-    alone = [cut_sequence(w, path, slots)[0] for path in paths]
-    best = max(alone)
-    for _, path in sorted(zip(alone, paths), reverse=True):
-        if time.perf_counter() > deadline:
+    alone, took = [], 0.0
+    for path in paths:
+        if alone and time.perf_counter() + took > deadline:
             break
-        times = segment_call_times(w, path, pieces, deadline)
-        best = max(best, cut_sequence(w, path, slots, call_times=times)[0])
+        began = time.perf_counter()
+        alone.append(cut_sequence(w, path, slots, hull=True)[0])
+        took = max(took, time.perf_counter() - began)
+    best = max(alone)
+    for _, path in sorted(zip(alone, paths), reverse=True) if call_cuts else ():
+        if time.perf_counter() + 2 * took > deadline:  # the cuts, then the cut that reads them
+            break
+        times = segment_call_times(w, path, pieces, deadline - 1.5 * took)
+        best = max(best, cut_sequence(w, path, slots, call_times=times, hull=True)[0])
     return best
 
 

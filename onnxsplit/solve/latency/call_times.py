@@ -29,7 +29,9 @@ def segment_call_times(w: Workload, seq, pieces: int = 1, deadline: float | None
     path ``seq`` (node indices, in path order) are exactly seq[i:e]; inf where no call can
     hold them (memory or support, of the segment and every node between its ends, or a
     colour class that would need a path node outside).  Past ``deadline`` (a
-    time.perf_counter() value) the remaining rows stay 0: no claim."""
+    time.perf_counter() value) the entries not reached stay 0: no claim.  Each entry is a
+    minimum cut of the whole graph's network: the cuts run in batches sized by the time
+    the last ones took, so that a long path on a large graph stops near its deadline."""
     seq = np.asarray(seq, dtype=np.int64)
     net = _network(w, pieces)
     succ_ptr, succ_idx = csr(w.successors)
@@ -37,14 +39,24 @@ def segment_call_times(w: Workload, seq, pieces: int = 1, deadline: float | None
     on_path = np.zeros(w.n, dtype=np.bool_)
     on_path[seq] = True
     out = np.zeros((len(seq) + 1, len(seq) + 1))
-    rows = 8
-    for i in range(0, len(seq), rows):
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-        _least_call_times(out, i, min(i + rows, len(seq)), seq, on_path, w.acc_latency.astype(np.float64),
-                          w.size.astype(np.float64), w.supported.astype(np.bool_),
-                          float(w.accelerator_memory) * (1 + 1e-12), succ_ptr, succ_idx, pred_ptr, pred_idx, *net)
+    i, e, budget, per_cut = 0, 0, FIRST_BATCH, None
+    while i < len(seq):
+        began = time.perf_counter()
+        if deadline is not None:
+            if began > deadline:
+                break
+            if per_cut is not None:
+                budget = max(1, int((deadline - began) / per_cut / 2))
+        i, e, cuts = _least_call_times(out, i, e, len(seq), budget, seq, on_path, w.acc_latency.astype(np.float64),
+                                    w.size.astype(np.float64), w.supported.astype(np.bool_),
+                                    float(w.accelerator_memory) * (1 + 1e-12), succ_ptr, succ_idx, pred_ptr,
+                                    pred_idx, *net)
+        if cuts:
+            per_cut = (time.perf_counter() - began) / cuts
     return out
+
+
+FIRST_BATCH = 16  # cuts, before their time is known
 
 
 def _network(w: Workload, pieces: int = 1):
@@ -104,11 +116,13 @@ def _network(w: Workload, pieces: int = 1):
 
 
 @njit(cache=True, nogil=True)
-def _least_call_times(out, i_from, i_to, seq, on_path, acc, size, sup, mem, succ_ptr, succ_idx, pred_ptr, pred_idx,
-                      head, nxt, to, base_cap, node_arc, source_arc, src, snk, tensors, member_ptr, members, cost):
-    """Fill rows i_from..i_to-1 of ``out``.  A call holding seq[i] and seq[e-1] holds
-    every node between them (calls are convex): the hull, desc(seq[i]) ∩ anc(seq[e-1]),
-    grows with e, and is tied into the call."""
+def _least_call_times(out, i_from, e_from, i_to, budget, seq, on_path, acc, size, sup, mem, succ_ptr, succ_idx, pred_ptr,
+                      pred_idx, head, nxt, to, base_cap, node_arc, source_arc, src, snk, tensors, member_ptr,
+                      members, cost):
+    """Fill rows i_from..i_to-1 of ``out`` (row i_from from column e_from) with at most
+    ``budget`` cuts: (the row and column to go on from, the cuts made).  A call holding
+    seq[i] and seq[e-1] holds every node between them (calls are convex): the hull,
+    desc(seq[i]) ∩ anc(seq[e-1]), grows with e, and is tied into the call."""
     L = len(seq)
     n = len(acc)
     nv = len(head)
@@ -126,10 +140,11 @@ def _least_call_times(out, i_from, i_to, seq, on_path, acc, size, sup, mem, succ
             smallest = size[v]
     # above this price of memory no node with a size is worth taking in
     lam_top = (acc.sum() + cost.sum() + 1.0) / smallest if np.isfinite(smallest) else 0.0
+    cuts = 0
     for i in range(i_from, i_to):
         below[:] = False
         below[seq[i]] = True
-        _reach(seq[i], succ_ptr, succ_idx, below, everywhere, stack, found)
+        reach(seq[i], succ_ptr, succ_idx, below, everywhere, stack, found)
         in_seg[:] = False
         used = 0.0
         fits = True
@@ -138,18 +153,24 @@ def _least_call_times(out, i_from, i_to, seq, on_path, acc, size, sup, mem, succ
             # ancestor of a hull node below seq[i] is in the hull already)
             in_seg[seq[e - 1]] = True
             found[0] = seq[e - 1]
-            count = 1 + _reach(seq[e - 1], pred_ptr, pred_idx, in_seg, below, stack, found[1:])
+            count = 1 + reach(seq[e - 1], pred_ptr, pred_idx, in_seg, below, stack, found[1:])
             for j in range(count):
                 used += size[found[j]]
                 fits = fits and sup[found[j]]
             if used > mem or not fits:
                 out[i, e:] = np.inf  # and every longer segment: its hull holds this one
                 break
+            if i == i_from and e < e_from:
+                continue  # filled by the last batch
+            if cuts == budget:  # this row's later entries stay 0: no claim
+                return i, e, cuts
             out[i, e] = _least_call(lam_top, on_path, in_seg, acc, size, sup, mem, graph, work)
+            cuts += 1
+    return i_to, 0, cuts
 
 
 @njit(cache=True, nogil=True)
-def _reach(root, ptr, idx, mark, allowed, stack, found) -> int:
+def reach(root, ptr, idx, mark, allowed, stack, found) -> int:
     """Mark what ``root`` reaches along the CSR arcs through allowed, unmarked nodes; the
     newly marked nodes go to found[:count], and count is returned."""
     stack[0] = root

@@ -17,21 +17,25 @@ from numba import njit
 from ... import interrupt
 from ...errors import SolveError
 from ...plan import Plan
-from ...workload import Workload
+from ...workload import Workload, csr
 from .. import anytime
 from ..classes import inseparable_blocks
 from ..finish import finish
 from ..orders import block_orders
+from .call_times import reach
 
 
 def cut_sequence(w: Workload, seq, slots: int, can_cut: np.ndarray | None = None,
-                 call_times: np.ndarray | None = None):
+                 call_times: np.ndarray | None = None, hull: bool = False):
     """(least total time, segments as (start, end, on_accelerator)) for ``seq`` (node
     indices, in an order every edge among them follows); at most ``slots`` accelerator
     segments, each within one accelerator's memory and of supported nodes.  ``can_cut[i]``:
     a segment may start at position i (default: anywhere).  ``call_times[i, e]``: a least
     time of the call running seq[i:e] known from elsewhere (:mod:`.call_times`), used where it
-    is larger.  Value inf if none is valid."""
+    is larger.  With ``hull`` (``seq`` a path of the graph), a call holding seq[i:e] holds
+    every node between its ends too (calls are convex): their accelerator time, memory and
+    support count, found as the segment grows, in O(nodes + edges) per start rather than
+    the call cut's minimum cut per segment.  Value inf if none is valid."""
     seq = np.asarray(seq, dtype=np.int64)
     L = len(seq)
     pos = np.full(w.n, -1, dtype=np.int64)
@@ -49,12 +53,20 @@ def cut_sequence(w: Workload, seq, slots: int, can_cut: np.ndarray | None = None
     if can_cut is None:
         can_cut = np.ones(L, dtype=np.bool_)
     cpu = w.cpu_latency[seq].astype(np.float64) if w.num_cpus else np.full(L, np.inf)  # no CPU: none on it
+    if hull:
+        succ_ptr, succ_idx = csr(w.successors)
+        pred_ptr, pred_idx = csr(w.predecessors)
+        graph = (seq, succ_ptr, succ_idx, pred_ptr, pred_idx, w.acc_latency.astype(np.float64),
+                 w.size.astype(np.float64), w.supported.astype(np.bool_))
+    else:
+        none_i, none_f = np.zeros(0, dtype=np.int64), np.zeros(0)
+        graph = (none_i, none_i, none_i, none_i, none_i, none_f, none_f, np.zeros(0, dtype=np.bool_))
     f, back_i, back_acc = _cut_kernel(
         w.acc_latency[seq].astype(np.float64), cpu,
         w.out_cost[seq].astype(np.float64), w.size[seq].astype(np.float64), w.supported[seq].astype(np.bool_),
         np.asarray(can_cut, dtype=np.bool_), ptr, idx, last_succ, int(slots),
         np.zeros((1, 1)) if call_times is None else call_times,
-        float(w.accelerator_memory) * (1 + 1e-12))
+        float(w.accelerator_memory) * (1 + 1e-12), hull, *graph)
     j = int(np.argmin(f[L]))
     value = float(f[L, j])
     if not np.isfinite(value):
@@ -69,9 +81,16 @@ def cut_sequence(w: Workload, seq, slots: int, can_cut: np.ndarray | None = None
 
 
 @njit(cache=True, nogil=True)
-def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, call_times, mem):
+def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, call_times, mem,
+                hull, seq, succ_ptr, succ_idx, pred_ptr, pred_idx, acc_all, size_all, sup_all):
     L = len(acc)
     inf = np.inf
+    n = len(acc_all)
+    below = np.zeros(n, dtype=np.bool_)  # with hull: the descendants of the segment's first node
+    in_hull = np.zeros(n, dtype=np.bool_)
+    everywhere = np.ones(n, dtype=np.bool_)
+    stack = np.empty(n, dtype=np.int64)
+    found = np.empty(n + 1, dtype=np.int64)
     f = np.full((L + 1, slots + 1), inf)
     f[0, 0] = 0.0
     back_i = np.full((L + 1, slots + 1), -1, dtype=np.int64)
@@ -84,7 +103,13 @@ def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, 
             continue
         leaving[:] = 0.0
         incoming = work = used = out = cpu_path = 0.0
+        hull_work = hull_used = 0.0
         fits = True
+        if hull:
+            below[:] = False
+            below[seq[i]] = True
+            reach(seq[i], succ_ptr, succ_idx, below, everywhere, stack, found)
+            in_hull[:] = False
         for e in range(i, L):
             into = 0.0
             for t in range(ptr[e], ptr[e + 1]):
@@ -99,6 +124,15 @@ def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, 
             if fits:
                 used += size[e]
                 fits = sup[e] and used <= mem
+            if fits and hull:  # the hull's new nodes: ancestors of seq[e] below seq[i]
+                in_hull[seq[e]] = True
+                found[0] = seq[e]
+                count = 1 + reach(seq[e], pred_ptr, pred_idx, in_hull, below, stack, found[1:])
+                for t in range(count):
+                    hull_work += acc_all[found[t]]
+                    hull_used += size_all[found[t]]
+                    fits = fits and sup_all[found[t]]
+                fits = fits and hull_used <= mem
             work += acc[e]
             if last_succ[e] > e:
                 out += cost[e]
@@ -106,7 +140,7 @@ def _cut_kernel(acc, cpu, cost, size, sup, can_cut, ptr, idx, last_succ, slots, 
             out -= leaving[e]  # members whose last consumer is e send nothing out any more
             if e + 1 < L and not can_cut[e + 1]:
                 continue
-            on_acc = incoming + work + max(out, 0.0)
+            on_acc = incoming + max(work, hull_work) + max(out, 0.0)
             if call_times.shape[0] > 1:
                 on_acc = max(on_acc, call_times[i, e + 1])
             for j in range(slots + 1):

@@ -26,6 +26,8 @@ from .cpsat import available as cp_sat_available
 
 PATH_BOUND_SHARE = 0.25  # of the latency IP's time left, at most, for the path bound's cuts
 
+HULL_BOUND_SHARE = 0.05  # of it, at most, for the path bound without its call cuts (first: quick)
+
 
 SERIES_BOUND_SHARE = 0.6  # of the latency IP's time left, for the composed bound (before the path bound)
 
@@ -37,14 +39,20 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     in phases that share ``time_limit``:
 
     1. the known plans: all on the CPUs, or the warm start (its latency is the big-M);
-    2. with one call per accelerator (and ``series_bound``), the bound composed along the
-       cut vertices (:mod:`.bound_series`, SERIES_BOUND_SHARE of the time left): a warm
-       start it proves within ``gap`` is returned as it is;
-    3. the path bound (:func:`.bounds.latency_lower_bound`, at most PATH_BOUND_SHARE of
-       the time left): it sees the memory limit forcing layers apart, which the LP
-       relaxation does not; again a warm start it proves is returned;
-    4. the program (:func:`_program`), solved for the time left and read back
+    2. the bounds that take a moment on any graph: the critical path (each node at its
+       cheapest device), then the path bound's hull cuts (each call holds what lies
+       between its ends on a path: HULL_BOUND_SHARE of the time left at most);
+    3. with one call per accelerator (and ``series_bound``), the bound composed along the
+       cut vertices (:mod:`.bound_series`, SERIES_BOUND_SHARE of the time left);
+    4. the path bound with its call cuts (:func:`.bounds.latency_lower_bound`, at most
+       PATH_BOUND_SHARE of the time left): it sees the memory limit forcing layers apart,
+       which the LP relaxation does not;
+    5. the program (:func:`_program`), solved for the time left and read back
        (:func:`_read_plan`).
+
+    Each bound is offered to the anytime watch as it is proven (a plan stopped at the
+    limit carries the best of them), and a warm start they prove within ``gap`` is
+    returned as it is.
     """
     if pieces < 1:
         raise OnnxsplitError("--pieces must be at least 1")
@@ -75,8 +83,18 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
         return Plan("latency", "ip", status_label(True, g), value, a, lower_bound=lb, gap=g,
                     seconds=time.perf_counter() - start_time, pieces=pc, details=details)
 
+    anytime.prove(floor)
     if (plan := proven_start()) is not None:
         return plan
+    path = longest
+    if not w.multi_class:  # (the path bound's cuts read one accelerator class)
+        left = time_limit - (time.perf_counter() - start_time)
+        path = max(path, latency_lower_bound(w, pieces, seconds=HULL_BOUND_SHARE * left, call_cuts=False))
+        details["path_bound"] = path
+        floor = max(floor, path)
+        anytime.prove(floor)
+        if (plan := proven_start()) is not None:
+            return plan
     # the bound composed along cut vertices sees parallel branches competing for the
     # accelerators, which neither the path bound nor the program's relaxation does: where
     # it applies it goes first, with SERIES_BOUND_SHARE of the time left (after the path
@@ -95,8 +113,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     # the LP relaxation does not see the memory limit forcing layers apart; the best cut
     # of a few heavy paths does (bounds.py), and bounds the objective from below
     path_seconds = PATH_BOUND_SHARE * max(0.0, time_limit - (time.perf_counter() - start_time))
-    path = longest
-    if not w.multi_class:  # (the path bound's cuts read one accelerator class)
+    if not w.multi_class:
         path = max(path, latency_lower_bound(w, pieces, seconds=path_seconds))
     details["path_bound"] = path
     floor = max(floor, path)
