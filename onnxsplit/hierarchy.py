@@ -9,7 +9,9 @@ names carry no scope (torch dynamo's ``node_MatMul_12``), by the blocks the grap
 that by stretches of the topological order.  The tree is opened level by level, the
 largest groups first and repeated siblings together (every ``layers.N`` or none), while it
 stays within ``most`` rows; a run of repeated siblings too long for that is binned
-(``layers.0 … layers.5``), its members kept as the bin's children.
+(``layers.0 … layers.5``), its members kept as the bin's children.  Blocks that are alike
+but not equal (a ResNet's, where they downsample) are cut after the operator type that
+recurs nearly evenly (its residual Add).
 """
 
 from __future__ import annotations
@@ -190,6 +192,32 @@ def _blocks(order: list[int], kinds: Sequence[str]) -> list[Group] | None:
     return out
 
 
+def _stretches_to(order: list[int], kinds: Sequence[str], most: int) -> list[Group] | None:
+    """The order cut after each occurrence of the operator type that recurs at nearly even
+    spacing (residual Adds in a ResNet, whose blocks differ where they downsample): the
+    most blocks within ``most`` rows that cover a good share of the graph; None where none does."""
+    at: dict[str, list[int]] = {}
+    for i, v in enumerate(order):
+        at.setdefault(kinds[v], []).append(i)
+    best = None
+    for kind, where in at.items():
+        gaps = [b - a for a, b in zip(where, where[1:])]
+        if not 4 <= len(where) <= most - 1 or min(gaps) < _MIN_BLOCK or max(gaps) > 2 * min(gaps):
+            continue
+        if (where[-1] - where[0]) >= 0.3 * len(order) and (best is None or len(where) > len(best[1])):
+            best = (kind, where)
+    if best is None:
+        return None
+    kind, where = best
+    out, start = [], 0
+    for b, i in enumerate(where):
+        out.append(Group(f"to {kind} {b + 1}", f"to {kind} {b + 1}", order[start:i + 1], first=start))
+        start = i + 1
+    if start < len(order):
+        out.append(Group(f"after {kind} {len(where)}", f"after {kind} {len(where)}", order[start:], first=start))
+    return out
+
+
 def _chunks(order: list[int], most: int) -> list[Group]:
     size = max(math.ceil(len(order) / min(most, 24)), 20)
     return [Group(f"ops {a + 1}–{min(a + size, len(order))}", f"ops {a + 1}–{min(a + size, len(order))}",
@@ -214,4 +242,7 @@ def group_nodes(names: Sequence[str], kinds: Sequence[str], edges: Sequence[tupl
     blocks = _blocks(order, kinds)
     if blocks is not None:
         return "repeated blocks (operator types recurring in the graph's order)", collapse(blocks, most)
+    blocks = _stretches_to(order, kinds, most)
+    if blocks is not None:
+        return "blocks ending at an operator type that recurs evenly", blocks
     return "stretches of the graph's order (the names carry no scopes)", _chunks(order, most)

@@ -41,21 +41,21 @@ BAR_W = 200
 NO_LIMIT = 1e15  # bytes: a memory limit this large is none (workloads spell "unlimited" so)
 
 CSS = COMPARE_CSS + """
-.grid{display:grid;grid-template-columns:minmax(180px,260px) 70px 330px 80px 90px 1fr;
+.grid{display:grid;grid-template-columns:minmax(180px,250px) 70px 340px 70px 90px 1fr;
  column-gap:10px;align-items:center}
 .rows summary{list-style:none;cursor:pointer;padding:1px 0;border-bottom:1px solid #edf2f7}
 .rows summary::-webkit-details-marker{display:none}
 .rows summary:hover{background:#f7fafc}
 .rows .head{font-weight:600;border-bottom:1px solid #a0aec0}
 .rows .name{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
-.rows .name::before{content:"\\25B8 ";color:#a0aec0} details[open]>summary .name::before{content:"\\25BE "}
+.rows summary .name::before{content:"\\25B8 ";color:#a0aec0} details[open]>summary .name::before{content:"\\25BE "}
 .rows .cuts{font-size:12px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;color:#c53030}
 .rows .share{font-size:12px;white-space:nowrap;overflow:hidden}
 .rows .bar{white-space:nowrap;overflow:hidden}
 .rows .body{margin:4px 0 10px 18px;padding-left:8px;border-left:2px solid #e2e8f0}
 .flex{display:flex;gap:24px;flex-wrap:wrap} .flex>div{flex:1 1 560px}
 .small{font-size:12px} td.name{max-width:420px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-.chosen{font-weight:600;background:#f0fff4}
+.chosen{font-weight:600;background:#f0fff4} h3{font-size:14px;margin:16px 0 6px}
 """
 
 
@@ -122,7 +122,7 @@ class _Facts:
         return out
 
 
-def _share_bar(per: Mapping[str, tuple[int, float]], colors: Mapping[str, str], width: int = BAR_W) -> str:
+def _share_bar(per: Mapping[str, tuple[int, float]], colors: Mapping[str, str], width: int = 150) -> str:
     """A stacked bar of each device's share of a group's time (of its operators where
     they take no time)."""
     total = sum(ms for _, ms in per.values())
@@ -278,7 +278,9 @@ def devices_section(workload: Workload, plan: Plan, colors: Mapping[str, str]) -
                     f'<rect width="{BAR_W * share:.1f}" height="12" fill="{colors[d.name]}"/></svg> {share:.0%}</td>'
                     f'<td class="r">{loads[d.name]:.4g}</td><td>{mem}</td></tr>')
     idle = [d.name for d in workload.devices if d not in used]
-    foot = f'<p class="muted">idle: {esc(", ".join(idle))}</p>' if idle else ""
+    copies = int((plan.details.get("execution") or {}).get("replicas") or 1)
+    foot = (f'<p class="muted">run as {copies} copies side by side, each as drawn</p>' if copies > 1 else
+            f'<p class="muted">idle: {esc(", ".join(idle))}</p>' if idle else "")
     return ('<h2>Devices</h2><table><tr><th>device</th><th>kind</th><th>operators</th>'
             '<th>share of the work</th><th>load ms</th><th>memory (weights and activations) against '
             'its limit</th></tr>' + "".join(rows) + "</table>" + foot)

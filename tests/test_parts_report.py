@@ -167,6 +167,14 @@ def test_names_without_scopes_fall_back_to_the_blocks_the_graph_repeats():
     blocks = [r for r in rows if r.name.startswith("block")]
     assert len(blocks) == 12 and {len(b.nodes) for b in blocks} == {len(block)}
     assert hierarchy.repeated_blocks(kinds)[1:] == (len(block), 12)
+    # alike but not equal (a ResNet's bottlenecks, some downsampling): cut after each residual
+    plain = ["Conv", "BatchNormalization", "Relu"] * 3 + ["Sum"]
+    down = ["Conv", "BatchNormalization", "Relu"] * 3 + ["Conv", "BatchNormalization", "Sum"]
+    kinds = ["Conv", "Relu", "MaxPool"] + [k for i in range(16) for k in (down if i in (0, 3, 7, 13) else plain)] \
+        + ["GlobalAveragePool", "Gemm"]
+    how, rows = hierarchy.group_nodes([f"n{i}" for i in range(len(kinds))], kinds, *_chain(kinds))
+    assert how.startswith("blocks ending at") and [r.name for r in rows][-2:] == ["to Sum 16", "after Sum 16"]
+    assert [len(r.nodes) for r in rows[1:-1]] == [len(down if i in (3, 7, 13) else plain) for i in range(1, 16)]
     # nothing repeats: stretches of the order
     rng = np.random.default_rng(0)
     kinds = [f"Op{rng.integers(1000)}" for _ in range(500)]
