@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -175,11 +176,56 @@ def repeated_blocks(kinds: Sequence[str], min_block: int = _MIN_BLOCK) -> tuple[
     return best
 
 
-def _blocks(order: list[int], kinds: Sequence[str]) -> list[Group] | None:
-    found = repeated_blocks([kinds[v] for v in order])
+def _crossing(order: list[int], edges: Sequence[tuple[int, int]]) -> list[int]:
+    """For each position b of the order, the edges from before b to b or after: few at a
+    boundary between layers (the residual stream), many inside one."""
+    pos = {v: i for i, v in enumerate(order)}
+    diff = [0] * (len(order) + 1)
+    for a, b in edges:
+        if pos[a] < pos[b]:
+            diff[pos[a] + 1] += 1
+            diff[pos[b] + 1] -= 1
+    out, run = [], 0
+    for d in diff[:-1]:
+        run += d
+        out.append(run)
+    return out
+
+
+def _alike(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Two stretches hold nearly the same operators (a first layer that also makes the mask)."""
+    shared = sum((Counter(a) & Counter(b)).values())
+    return shared >= 0.8 * max(len(a), len(b))
+
+
+def _extended(seq: Sequence[str], start: int, count: int, p: int) -> tuple[int, int]:
+    """(start, count) of blocks of ``p`` grown by the stretches nearly alike on each side."""
+    n = len(seq)
+    while count and start - p >= 0 and _alike(seq[start - p:start], seq[start:start + p]):
+        start, count = start - p, count + 1
+    while count and start + (count + 1) * p <= n and _alike(seq[start + count * p:start + (count + 1) * p],
+                                                             seq[start + (count - 1) * p:start + count * p]):
+        count += 1
+    return start, count
+
+
+def _blocks(order: list[int], kinds: Sequence[str], edges: Sequence[tuple[int, int]]) -> list[Group] | None:
+    """The blocks the order repeats (:func:`repeated_blocks`), their boundaries moved to
+    where the fewest edges cross (between layers, not inside one), and stretches nearly
+    alike on either side taken in (a first layer that differs a little)."""
+    seq = [kinds[v] for v in order]
+    found = repeated_blocks(seq)
     if found is None or found[1] * found[2] < 0.3 * len(order):
         return None
     start, p, count = found
+    cross = _crossing(order, edges)
+    n = len(order)
+    cost = {f: sum(cross[b] for b in range(start + f, min(start + f + count * p, n), p)) for f in range(p)}
+    least = min(cost.values())
+    # (between equally clean phases, a layer's two residual halves say, the one whose
+    # blocks then cover the most)
+    start, count = max((_extended(seq, start + f, min(count, (n - start - f) // p), p)
+                        for f in range(p) if cost[f] == least), key=lambda sc: sc[1])
     out = []
     if start:
         out.append(Group("before the blocks", "before the blocks", order[:start], first=0))
@@ -187,7 +233,7 @@ def _blocks(order: list[int], kinds: Sequence[str]) -> list[Group] | None:
         a = start + b * p
         out.append(Group(f"block {b + 1}", f"block {b + 1}", order[a:a + p], first=a))
     end = start + count * p
-    if end < len(order):
+    if end < n:
         out.append(Group("after the blocks", "after the blocks", order[end:], first=end))
     return out
 
@@ -239,7 +285,7 @@ def group_nodes(names: Sequence[str], kinds: Sequence[str], edges: Sequence[tupl
         rows = collapse(root.children or [root], most)
         if len(rows) > 1:
             return f"name scopes ('{sep}')", rows
-    blocks = _blocks(order, kinds)
+    blocks = _blocks(order, kinds, edges)
     if blocks is not None:
         return "repeated blocks (operator types recurring in the graph's order)", collapse(blocks, most)
     blocks = _stretches_to(order, kinds, most)

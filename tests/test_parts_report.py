@@ -167,6 +167,20 @@ def test_names_without_scopes_fall_back_to_the_blocks_the_graph_repeats():
     blocks = [r for r in rows if r.name.startswith("block")]
     assert len(blocks) == 12 and {len(b.nodes) for b in blocks} == {len(block)}
     assert hierarchy.repeated_blocks(kinds)[1:] == (len(block), 12)
+    # the blocks' boundaries fall where the fewest tensors cross (two: the residual stream
+    # and the next operator's input; three inside the attention), and a first layer that
+    # differs a little is taken in
+    layer = ["LayerNorm", "MatMul", "MatMul", "Mul", "Softmax", "MatMul", "Add", "Gelu", "MatMul", "Add"]
+    kinds = ["Gather"] + [k for i in range(8) for k in (layer[:1] + ["Where"] + layer[2:] if i == 0 else layer)]
+    edges = []
+    for s in range(1, len(kinds), len(layer)):
+        edges += [(s - 1, s), (s, s + 1), (s, s + 2), (s + 1, s + 3), (s + 2, s + 3)]
+        edges += [(v, v + 1) for v in range(s + 3, s + len(layer) - 1)] + [(s - 1, s + 6), (s + 6, s + 9)]
+    how, rows = hierarchy.group_nodes([f"n{i}" for i in range(len(kinds))], kinds, edges, list(range(len(kinds))))
+    blocks = [r for r in rows if r.name.startswith("block")]
+    assert len(blocks) == 8 and all(len(b.nodes) == len(layer) for b in blocks)
+    live = [sum(1 for a, b in edges if a < p <= b) for p in range(len(kinds))]  # tensors crossing before p
+    assert all(live[b.nodes[0]] == 2 for b in blocks[1:]) and min(live[1:]) == 2 and max(live) == 3
     # alike but not equal (a ResNet's bottlenecks, some downsampling): cut after each residual
     plain = ["Conv", "BatchNormalization", "Relu"] * 3 + ["Sum"]
     down = ["Conv", "BatchNormalization", "Relu"] * 3 + ["Conv", "BatchNormalization", "Sum"]
