@@ -137,7 +137,6 @@ def _program(w: Workload, pieces: int, ub: float, floor: float, head: np.ndarray
     first node.  The big-M is ``ub``, the best latency known; T starts at ``floor``;
     warm-started from ``start_plan``.  Transfers are priced by :func:`_transfer_terms`."""
     k, l, n = w.accelerators_total, w.num_cpus, w.n
-    pos = {v: i for i, v in enumerate(w.topological_order)}
     edges = list(zip(w.edge_src.tolist(), w.edge_dst.tolist()))
     model = new_model(solver, gap, verbose)
     slots = [(d, p) for d in range(k) for p in range(pieces)]
@@ -208,17 +207,26 @@ def _program(w: Workload, pieces: int, ub: float, floor: float, head: np.ndarray
             model += lat[v] >= w.cpu_latency[v] * x[v, CPU]
     for u, t in edges:
         model += lat[t] >= lat[u] + (w.cpu_latency[t] * x[t, CPU] if l > 0 else 0)
+    # (each sum over the nodes is one variable, and "the nodes before v" a running sum along
+    # the topological order: a constraint per node with a term per node was n^2 terms, most
+    # of the program's building time on 10,000 nodes)
     for d in range(k):
         for p in range(1, pieces):
             model += st[d, p] >= fin[d, p - 1]
+            before = model.add_var(lb=0.0, ub=n)  # nodes in the previous piece
+            model += before == mip.xsum(x[u, (d, p - 1)] for u in range(n) if (u, (d, p - 1)) in x)
             for v in range(n):
                 if (v, (d, p)) in x:
-                    model += x[v, (d, p)] <= mip.xsum(x[u, (d, p - 1)] for u in range(n) if (u, (d, p - 1)) in x)
+                    model += x[v, (d, p)] <= before
         if d >= 1 and dclass[d] == dclass[d - 1]:
-            for v in range(n):
+            earlier = 0  # the previous accelerator's first-piece nodes before v in the order
+            for v in w.topological_order:
                 if (v, (d, 0)) in x:
-                    model += x[v, (d, 0)] <= mip.xsum(x[u, (d - 1, 0)] for u in range(n)
-                                                      if pos[u] < pos[v] and (u, (d - 1, 0)) in x)
+                    model += x[v, (d, 0)] <= earlier
+                if (v, (d - 1, 0)) in x:
+                    running = model.add_var(lb=0.0, ub=n)
+                    model += running == earlier + x[v, (d - 1, 0)]
+                    earlier = running
     T = model.add_var(lb=min(floor, ub), ub=ub)
     for v in range(n):
         model += T >= lat[v]
