@@ -44,3 +44,31 @@ def test_a_dp_out_of_time_in_its_first_order_returns_the_blocks_plan(large):
     assert plan.status == "time_limit" and plan.value is not None
     assert evaluate.check(large, plan.assignment, contiguity="ideal_chain") == []
     assert plan.lower_bound is not None and plan.lower_bound <= plan.value
+
+
+@pytest.mark.parametrize("structure", ["encoder", "varied"])
+def test_the_generator_makes_valid_workloads_of_each_structure(tmp_path, structure):
+    """What tools/bench_scale.py measures on: a DAG of the requested size, the varied
+    blocks with nodes the accelerators do not take; the training graph with each node's
+    gradient in its colour class, after every forward node."""
+    for training in (False, True):
+        path = tmp_path / f"{structure}-{training}.json"
+        subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_large_workload.py"), str(path),
+                        "--nodes", "300", "--structure", structure, "--seed", "3"] + ["--training"] * training,
+                       check=True, stdout=subprocess.DEVNULL)
+        w = Workload.from_paper_json(path)
+        forward = int((~w.backward).sum())
+        assert 300 <= forward < 300 + 80
+        if structure == "varied":
+            assert (~w.supported).sum() > 3
+        if not training:
+            assert not w.is_training
+            continue
+        assert w.is_training and int(w.backward.sum()) == forward
+        pos = np.empty(w.n, dtype=np.int64)
+        pos[list(w.topological_order)] = np.arange(w.n)
+        last_forward = pos[~w.backward].max()
+        assert (pos[w.backward] > last_forward).all()  # the backward pass waits on the loss
+        for c in np.unique(w.color_class):
+            members = np.flatnonzero(w.color_class == c)
+            assert len(members) == 2 and w.backward[members].sum() == 1

@@ -24,7 +24,8 @@ generator: parallel branches (fan-outs of one to three, joined again), tiny shap
 arithmetic the accelerators do not take (fed from the model's input, as exports hoist it, or
 from inside the block), skip connections reading a block two to four back, and blocks
 heavy or light (their work scaled from a tenth to four times).  ``--shapes`` fixes where
-the shape arithmetic reads from.
+the shape arithmetic reads from.  ``--training`` adds the backward pass (each node's
+gradient node in its colour class, gradients flowing back along every edge).
 """
 
 from __future__ import annotations
@@ -137,13 +138,39 @@ class _Builder:
                     y = self.add(f"{p}.b{b}.ew{j}", SEQ * width * rng.choice((1, 5, 10)) * scale, [y],
                                  out_bytes=SEQ * width * 4)
             ends.append(y)
-        y = self.add(f"{p}.join", SEQ * width, ends + [x], out_bytes=SEQ * HIDDEN * 4)
+        y = self.add(f"{p}.join", SEQ * width, ends + [x] + ([shape] if shape else []), out_bytes=SEQ * HIDDEN * 4)
         return self.add(f"{p}.out", 2 * SEQ * width * HIDDEN * scale, [y], weights=width * HIDDEN * 4)
+
+
+def with_training(nodes: list[dict], edges: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The training graph of a forward graph: each node's gradient node, twice its time, in
+    its colour class (where its weights are, there is their gradient); gradients flow back
+    along every edge reversed, and each gradient node reads what its forward node saved."""
+    first = max(n["id"] for n in nodes) + 1
+    back = {n["id"]: first + i for i, n in enumerate(nodes)}
+    cost = {e["sourceId"]: e["cost"] for e in edges}
+    grads = []
+    for n in nodes:
+        n["colorClass"] = n["id"]
+        grads.append({**n, "name": n["name"] + ".grad", "id": back[n["id"]], "isBackwardNode": 1,
+                      "cpuLatency": round(2 * n["cpuLatency"], 6), "fpgaLatency": round(2 * n["fpgaLatency"], 6),
+                      "size": 0.0})
+    flows = [{"sourceId": back[e["destId"]], "destId": back[e["sourceId"]], "cost": e["cost"]} for e in edges]
+    saved = [{"sourceId": n["id"], "destId": back[n["id"]], "cost": cost.get(n["id"], 0.0)} for n in nodes]
+    loss = nodes[-1]["id"]  # the last forward node's gradient starts the backward pass (the
+    # gradients of nodes that feed nothing too)
+    fed = {e["destId"] for e in flows}
+    saved = [e for e in saved if e["sourceId"] != loss] + [
+        {"sourceId": loss, "destId": back[n["id"]], "cost": 0.0} for n in nodes if back[n["id"]] not in fed]
+    out_cost = {}
+    for e in flows + saved:  # every out-edge of a node carries its tensor's one cost
+        e["cost"] = out_cost.setdefault(e["sourceId"], e["cost"])
+    return nodes + grads, edges + flows + saved
 
 
 def build(nodes: int, k: int, l: int, memory_share: float, seed: int, isolated: int = 0,
           shared_mask: bool = False, structure: str = "encoder", block_nodes: int = 20,
-          shapes: str = "mixed") -> dict:
+          shapes: str = "mixed", training: bool = False) -> dict:
     b = _Builder(seed)
     if structure == "varied":
         source = x = b.add("input", SEQ, out_bytes=SEQ * 8, supported=False)
@@ -169,6 +196,8 @@ def build(nodes: int, k: int, l: int, memory_share: float, seed: int, isolated: 
         b.add("pooler", 2 * HIDDEN * HIDDEN, [x], weights=HIDDEN * HIDDEN * 4)
     for n in b.nodes:
         del n["_out"]
+    if training:
+        b.nodes, b.edges = with_training(b.nodes, b.edges)
     total = sum(n["size"] for n in b.nodes if n["supportedOnFpga"])
     mem = memory_share * total if memory_share > 0 else 1e18
     return {"maxSizePerFPGA": mem, "maxFPGAs": k, "maxCPUs": l, "nodes": b.nodes, "edges": b.edges}
@@ -192,9 +221,11 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", choices=("mixed", "input", "inline", "none"), default="mixed",
                     help="with --structure varied: where each block's shape arithmetic reads from "
                          "(the model's input, inside the block, none, or drawn per block: mixed)")
+    ap.add_argument("--training", action="store_true",
+                    help="the training graph: each node's gradient node in its colour class (--nodes counts the forward pass)")
     a = ap.parse_args(argv)
     w = build(a.nodes, a.k, a.l, a.memory_share, a.seed, a.isolated, a.shared_mask, a.structure, a.block_nodes,
-              a.shapes)
+              a.shapes, a.training)
     Path(a.out).write_text(json.dumps(w) + "\n")
     print(f"wrote {a.out}: {len(w['nodes'])} nodes, {len(w['edges'])} edges")
     return 0
