@@ -515,8 +515,11 @@ def _run(args) -> int:
 
         check_writable(args.parts)  # before the run, not after it
         extra["time_parts"] = True
-    result = run_parts(args.parts, model=args.model, samples=args.samples, warmup=args.warmup,
-                       measure=not args.no_measure, fallback_cpu=args.fallback_cpu, **extra)
+    from .progress import ticking
+
+    with ticking("checking" if args.no_measure else "checking, then measuring in rounds", args.json):
+        result = run_parts(args.parts, model=args.model, samples=args.samples, warmup=args.warmup,
+                           measure=not args.no_measure, fallback_cpu=args.fallback_cpu, **extra)
     if args.report:
         from . import measured_report
         from .running.manifest import read_manifest
@@ -584,14 +587,6 @@ def _run(args) -> int:
     return 1 if bad else 0
 
 
-def _progress(method: str, seconds: float, best: float | None, bound: float | None) -> None:
-    """One line on stderr every few seconds of a long solve: best plan, bound, gap."""
-    gap = f", gap {(best - bound) / best:.2%}" if best and bound is not None else ""
-    print(f"  {method} {seconds:5.0f} s: best {best:.6g}" if best is not None else
-          f"  {method} {seconds:5.0f} s: no plan yet", end="", file=sys.stderr)
-    print((f", bound {bound:.6g}" if bound is not None else "") + gap, file=sys.stderr, flush=True)
-
-
 def _solve(args) -> int:
     from . import api
 
@@ -610,7 +605,10 @@ def _solve(args) -> int:
                  solver=args.solver, warm_start=not args.no_warm_start)
     from .solve import anytime
 
-    anytime.report = None if args.quiet or args.json else _progress
+    from .progress import solve_line
+
+    # (lines, not a redrawn bar: said in a pipe or a log too, as they always were)
+    anytime.report = None if args.quiet or args.json else solve_line
     try:
         plan = api.solve(workload, objective=args.objective, method=args.method,
                          options=_methods().options_for(args.method, others="ignore", **given))

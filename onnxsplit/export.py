@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 import onnx
 from onnx import AttributeProto, TensorProto
 
-from . import interrupt, ranges
+from . import interrupt, progress, ranges
 from .errors import OnnxsplitError, SplitError
 from .graph import OpGraph
 from .profile.devices import CPU_EP
@@ -192,7 +192,7 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
            replicas: Mapping[str, int] | None = None, session: Mapping[str, Any] | None = None,
            before_swap: Callable[[Path], None] | None = None,
            device_ids: Mapping[str, int] | None = None, machines: Mapping[str, str] | None = None,
-           shape_range: Mapping[str, Any] | None = None) -> Export:
+           shape_range: Mapping[str, Any] | None = None, quiet: bool = True) -> Export:
     """Write the parts of ``graph`` placed by ``device_of`` into the new folder ``out``.
 
     ``threads``: device -> intra-op threads its session should use (1 for a CPU core, 0
@@ -211,6 +211,7 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     per dimension, :mod:`onnxsplit.ranges`): the shapes the parts are made for, completed
     for every input (:func:`onnxsplit.ranges.complete`) and recorded as ``model.shape_range``.
     ``force`` replaces an existing ``out``; otherwise an existing ``out`` is an error.
+    ``quiet``: no progress over the parts written (:mod:`onnxsplit.progress`).
     """
     out = Path(out)
     parts = make_parts(graph, device_of, providers, piece_of)  # raises before any write
@@ -237,8 +238,12 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         raise OnnxsplitError(f"output '{out}' cannot be written: {e.strerror or e}") from None
     interrupt.register(staging)  # removed should Ctrl-C end the process mid-write
     try:
+        bar = progress.bar(2 * len(parts) + 1, f"writing {len(parts)} part(s)", quiet, unit="file")
         with _WeightWriter(staging / WEIGHTS, base_dir) as weights:
-            protos = [_part_model(model, graph, p, links, types, weights, initializers) for p in parts]
+            protos = []
+            for p in parts:
+                protos.append(_part_model(model, graph, p, links, types, weights, initializers))
+                bar.update()
             whole = Part("annotated", "session", CPU_EP, tuple(n.name for n in graph.nodes),
                          tuple(t for t in graph.inputs), tuple(graph.outputs))
             annotated = _part_model(model, graph, whole, _Links.of([whole]), types, weights,
@@ -247,10 +252,13 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
             _configure_devices(annotated, parts,
                                pipelined=(plan or {}).get("objective") == "throughput")
             (staging / ANNOTATED).write_bytes(annotated.SerializeToString())
+            bar.update()
             if session_json is not None:
                 (staging / SESSION_FILE).write_text(json.dumps(session_json, indent=1) + "\n")
         for p, proto in zip(parts, protos):
             (staging / p.file).write_bytes(proto.SerializeToString())
+            bar.update()
+        bar.close()
         for what, file in ([(f"part {p.name}", p.file) for p in parts] + [(ANNOTATED, ANNOTATED)]
                            if check else []):
             try:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from . import calibrate, machine, parts_report, ranges
+from . import calibrate, machine, parts_report, progress, ranges
 from .providers import openvino
 from . import export as ex
 from .build import build_workload, choose_accelerators, pick_entries, providers_needed
@@ -163,7 +163,8 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
             feeds = feeds if feeds is not None else input_feeds(graph)
             # in a fresh process, as `run` measures, apart from what profiling left in
             # this one (sessions, arenas, threads)
-            with isolated.Child() as child:
+            with isolated.Child() as child, progress.ticking(
+                    f"calibrating on {entry.execution_provider.removesuffix('ExecutionProvider')}", quiet):
                 record = child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds,
                                     entry.execution_provider, model_bytes=model_bytes)
             store = store or ProfileFile.load(cache)
@@ -187,7 +188,7 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
         if runs:
             _say(quiet, f"measuring {', '.join(sorted({p for p, _ in runs.values()}))} side by side")
             feeds = feeds if feeds is not None else input_feeds(graph)
-            with isolated.Child() as child:
+            with isolated.Child() as child, progress.ticking("measuring side by side", quiet):
                 got = child.call("onnxsplit.calibrate:side_by_side", str(graph.path), feeds,
                                  runs, model_bytes=model_bytes)
             calibrate.take_side_by_side(records, got)
@@ -810,8 +811,9 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
         _say(quiet, "verifying the parts against the original model")
 
         try:
-            checked.update(run_parts(folder, model=graph.path, feeds=feeds, measure=False,
-                                     fallback_cpu=True, time_parts=timed or bool(shape_range)))
+            with progress.ticking("verifying", quiet):
+                checked.update(run_parts(folder, model=graph.path, feeds=feeds, measure=False,
+                                         fallback_cpu=True, time_parts=timed or bool(shape_range)))
         except RunError as e:
             if candidate is None or candidate.rival is None or not execution.get("shared"):
                 raise
@@ -819,7 +821,8 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
             # compiles each part anew): the split gives way to its rival
             raise _SplitDoesNotPay(f"a part did not load as planned: {e}") from None
         if shape_range:
-            _check_range(prep, folder, checked)
+            with progress.ticking("verifying at the range's check shapes", quiet):
+                _check_range(prep, folder, checked)
         seconds["verify"] = time.perf_counter() - t
         if timed and "part_ms" in checked:
             _predict_from_parts(prep, machine.Candidate(plan, workload, execution, predicted),
@@ -847,7 +850,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                          session=session, before_swap=check_and_draw,
                          device_ids=device_ids(workload, prep.cluster, prep.accelerator),
                          machines=device_machines(workload, prep.cluster, prep.accelerator),
-                         shape_range=shape_range)
+                         shape_range=shape_range, quiet=quiet)
     except _SplitDoesNotPay as e:
         rival = candidate.rival
         rival.plan.details["why"] += f"; {e}"
@@ -1094,7 +1097,8 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
     pinned_workload, pinned = applied[0]
     t = time.perf_counter()
     _say(quiet, f"solving for {objective} ({prep.workload.n} operators, {prep.workload.device_summary()})")
-    cand = choose(prep, pinned_workload, objective, method, time_limit, pinned=bool(pinned))
+    with progress.solving(quiet):
+        cand = choose(prep, pinned_workload, objective, method, time_limit, pinned=bool(pinned))
     prep.seconds["solve"] = time.perf_counter() - t
     return write_parts(prep, cand.plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,
                        pinned=pinned, candidate=cand, shape_range=shape_range)

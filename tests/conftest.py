@@ -134,6 +134,8 @@ SLOW = frozenset({
     "test_small_bert_report_from_the_main_command_and_run_report",
     "test_a_decoder_split_by_its_layers_reads_one_row_a_layer",
     "test_a_10000_operator_workload_fits_two_screens",
+    # test_progress.py: a model split three times (on a pseudo-terminal, with --json, in a pipe)
+    "test_the_main_command_shows_its_progress_on_a_terminal_only",
 })
 
 MARKERS = {

@@ -350,7 +350,18 @@ def test_cli_profile_errors_are_one_line(tmp_path, capsys):
 
 
 def test_progress_bar_on_stderr_unless_quiet(tmp_path, capsys, monkeypatch):
+    """A bar where stderr is a terminal (here one that says it is), none when quiet or in
+    a pipe."""
+    import io
+    import sys
+
     import onnxsplit.profile as prof
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
 
     calls = []
 
@@ -375,4 +386,7 @@ def test_progress_bar_on_stderr_unless_quiet(tmp_path, capsys, monkeypatch):
     assert calls[0]["unit"] == "run" and sum(c for c in calls[1:]) == e.settings["runs"]
     calls.clear()
     prof.profile(path, cache=False, repeats=1, quiet=True)
+    assert calls == []
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe
+    prof.profile(path, cache=False, repeats=1, quiet=False)
     assert calls == []

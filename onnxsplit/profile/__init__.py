@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from .. import progress
 from ..providers import openvino
 from ..errors import ProfileError
 from .devices import CPU_EP, available_providers, describe, device_key, preferred_providers
@@ -179,8 +180,8 @@ def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, w
             from . import ingraph
 
             cost = ingraph.profiler_cost(runner, overheads[1], warmup)
-            bar = _progress(None, f"{_short(ep)}: {len(graph.nodes)} nodes in whole-model runs",
-                            quiet, unit="run")
+            bar = progress.bar(None, f"{_short(ep)}: {len(graph.nodes)} nodes in whole-model runs",
+                               quiet, unit="run")
 
             def step(k: int, total: int) -> None:
                 bar.total = total
@@ -217,8 +218,8 @@ def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, w
                     burst = min(50, max(1, int(0.01 / max(whole_samples[0].min(), 1e-6))))
                     whole_samples.append(measure.sample(whole_run, burst)[burst // 2:])
 
-            bar = _progress(len(graph.nodes) * rounds, f"{_short(ep)}: {len(graph.nodes)} nodes x "
-                            f"{rounds} rounds", quiet)
+            bar = progress.bar(len(graph.nodes) * rounds, f"{_short(ep)}: {len(graph.nodes)} nodes x "
+                               f"{rounds} rounds", quiet, unit="node")
             try:
                 nodes = measure.profile_nodes(runner, model, graph, values, warmup=warmup,
                                               repeats=repeats, group=group, overheads=overheads,
@@ -314,20 +315,3 @@ def _node_count(graph) -> int:
 
 def _short(ep: str) -> str:
     return ep.removesuffix("ExecutionProvider") or ep
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int | None, desc: str, quiet: bool, unit: str = "node"):
-    if quiet:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
-                dynamic_ncols=True, mininterval=0.2, delay=0.5)
