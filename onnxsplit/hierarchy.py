@@ -164,7 +164,7 @@ def repeated_blocks(kinds: Sequence[str], min_block: int = _MIN_BLOCK) -> tuple[
             periods.add(gaps.pop())
     best = None
     for p in sorted(periods):
-        run, start = 0, 0
+        run = 0
         for i in range(n - p + 1):  # (i == n - p closes the last run)
             if i < n - p and kinds[i] == kinds[i + p]:
                 run += 1

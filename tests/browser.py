@@ -4,6 +4,7 @@ library)."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 import struct
 import subprocess
@@ -15,6 +16,20 @@ import numpy as np
 CHROMIUM = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 NO_CHROMIUM = "no Chromium here (Debian: apt-get install chromium; make test installs it where it can)"
 SCREEN_H = 900  # one screen
+
+
+@functools.cache
+def unusable() -> str | None:
+    """Why the tests cannot look at a page here (None: they can): no Chromium, or one that
+    does not run headless (a snap's wrapper in a container, say)."""
+    if CHROMIUM is None:
+        return NO_CHROMIUM
+    try:
+        _run("--dump-dom", "about:blank")
+    except (OSError, subprocess.SubprocessError) as e:
+        said = (getattr(e, "stderr", None) or str(e)).strip().splitlines()
+        return f"{CHROMIUM} does not run headless here: {said[-1] if said else e}"
+    return None
 
 
 def _run(*args: str) -> str:

@@ -14,7 +14,6 @@ import sys
 import termios
 import time
 
-import pytest
 
 from onnx_models import mlp
 from onnxsplit import progress
