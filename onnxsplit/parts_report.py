@@ -68,9 +68,12 @@ class _Cut:
     bytes: float | None
     ms: float
 
+    def sized(self) -> str:
+        """Its name and bytes (its transfer time where the workload has no bytes)."""
+        return f"{self.tensor} {bytes_text(self.bytes) if self.bytes is not None else f'{self.ms:.3g} ms'}"
+
     def text(self) -> str:
-        size = bytes_text(self.bytes) if self.bytes is not None else f"{self.ms:.3g} ms"
-        return f"{self.tensor} {size} {self.src_device}→{self.dst_device}"
+        return f"{self.sized()} {self.src_device}→{self.dst_device}"
 
 
 class _Facts:
@@ -226,9 +229,9 @@ def _rows(groups, facts: _Facts, colors, views: set[int], depth: int = 0, head: 
     return f'<div class="rows">{top}{"".join(_row(g, facts, colors, views, depth) for g in groups)}</div>'
 
 
-def structure_section(workload: Workload, plan: Plan, colors: Mapping[str, str]) -> str:
+def structure_section(facts: _Facts, colors: Mapping[str, str]) -> str:
     """The plan on the model's own structure: a screenful of groups that open."""
-    facts = _Facts(workload, plan)
+    workload = facts.w
     names = [n.name or str(n.id) for n in workload.nodes]
     kinds = [str((n.extra or {}).get("opType") or _kind_from_name(n.name)) for n in workload.nodes]
     edges = list(zip(workload.edge_src.tolist(), workload.edge_dst.tolist()))
@@ -250,28 +253,29 @@ def _kind_from_name(name: str | None) -> str:
 # ----------------------------------------------------------------------------- the devices
 
 
-def devices_section(workload: Workload, plan: Plan, colors: Mapping[str, str]) -> str:
-    """Each device's share of the work and its memory against its limit."""
-    facts_dev = evaluate.device_array(workload, plan.assignment)
-    ms = machine.node_times(workload, plan.assignment)
+def devices_section(facts: _Facts, plan: Plan, colors: Mapping[str, str]) -> str:
+    """Each device's share of the work and of the memory, and its memory against its limit."""
+    workload, dev, ms = facts.w, facts.dev, facts.ms
     loads = evaluate.max_load(workload, plan.assignment).loads
     total = float(ms.sum()) or 1.0
-    used = [d for d in workload.devices if (facts_dev == d.index).any()]
+    total_memory = float(workload.size.sum()) or 1.0
+    used = [d for d in workload.devices if (dev == d.index).any()]
     rows = []
     for d in used:
-        mine = facts_dev == d.index
+        mine = dev == d.index
         share = float(ms[mine].sum()) / total
         memory = float(workload.size[mine].sum())
         cls = int(workload.device_class[d.index])
         limit = float(workload.class_memory[cls]) if cls >= 0 else 0.0
+        mem = f"{bytes_text(memory)}, {memory / total_memory:.0%} of all"
         if 0 < limit < NO_LIMIT:
             frac = memory / limit
             fill = "#e53e3e" if frac > 1 else colors[d.name]
             mem = (f'<svg width="{BAR_W}" height="12"><rect width="{BAR_W}" height="12" fill="#edf2f7"/>'
                    f'<rect width="{BAR_W * min(frac, 1):.1f}" height="12" fill="{fill}"/></svg> '
-                   f'{bytes_text(memory)} of {bytes_text(limit)} ({frac:.0%})')
+                   f'{mem}; {frac:.0%} of its {bytes_text(limit)}')
         else:
-            mem = f'{bytes_text(memory)} <span class="muted">(no limit in the plan: host memory)</span>'
+            mem += ' <span class="muted">(no limit in the plan: host memory)</span>'
         rows.append(f'<tr><td><span class="sw" style="background:{colors[d.name]}"></span>{esc(d.name)}</td>'
                     f'<td>{"accelerator" if d.kind == "acc" else "CPU"}</td><td class="r">{int(mine.sum())}</td>'
                     f'<td><svg width="{BAR_W}" height="12"><rect width="{BAR_W}" height="12" fill="#edf2f7"/>'
@@ -282,8 +286,41 @@ def devices_section(workload: Workload, plan: Plan, colors: Mapping[str, str]) -
     foot = (f'<p class="muted">run as {copies} copies side by side, each as drawn</p>' if copies > 1 else
             f'<p class="muted">idle: {esc(", ".join(idle))}</p>' if idle else "")
     return ('<h2>Devices</h2><table><tr><th>device</th><th>kind</th><th>operators</th>'
-            '<th>share of the work</th><th>load ms</th><th>memory (weights and activations) against '
-            'its limit</th></tr>' + "".join(rows) + "</table>" + foot)
+            '<th>share of the work</th><th>load ms</th><th>memory (weights and activations): its share, '
+            'against its limit</th></tr>' + "".join(rows) + "</table>" + foot)
+
+
+CUT_PAIRS = 8  # device pairs listed at the top; the groups name every cut tensor
+
+
+def cuts_section(facts: _Facts) -> str:
+    """The tensors that cross devices, by pair of devices: how many, how much, the largest."""
+    pairs: dict[tuple[str, str], list[_Cut]] = {}
+    for cuts in facts.cut_out.values():
+        for c in cuts:
+            pairs.setdefault((c.src_device, c.dst_device), []).append(c)
+    if not pairs:
+        return ""
+
+    def size(c: _Cut) -> float:
+        return c.bytes if c.bytes is not None else c.ms
+
+    def amount(cuts: list[_Cut]) -> str:
+        if all(c.bytes is not None for c in cuts):
+            return bytes_text(sum(c.bytes for c in cuts))
+        return f"{sum(c.ms for c in cuts):.3g} ms"
+
+    ranked = sorted(pairs.items(), key=lambda kv: -sum(size(c) for c in kv[1]))
+    rows = []
+    for (a, b), cuts in ranked[:CUT_PAIRS]:
+        largest = sorted(cuts, key=lambda c: -size(c))[:3]
+        named = ", ".join(c.sized() for c in largest)
+        rows.append(f"<tr><td>{esc(a)} → {esc(b)}</td><td class=\"r\">{len(cuts)}</td><td class=\"r\">"
+                    f"{amount(cuts)}</td><td class=\"small\">{esc(named)}"
+                    f"{f' and {len(cuts) - 3} more' if len(cuts) > 3 else ''}</td></tr>")
+    more = f'<p class="muted">and {len(ranked) - CUT_PAIRS} more pairs of devices</p>' if len(ranked) > CUT_PAIRS else ""
+    return ('<h2>Tensors crossing devices</h2><table><tr><th>from → to</th><th>tensors</th><th>in all</th>'
+            '<th>the largest (every one is named in its group below)</th></tr>' + "".join(rows) + "</table>" + more)
 
 
 # ------------------------------------------------------------------- what was weighed
@@ -350,6 +387,7 @@ def render(workload: Workload, plan: Plan, *, title: str, predicted: Mapping[str
            measured: str | None = None) -> str:
     """The whole page (``measured``: the section ``run --report`` draws, else a note)."""
     colors = device_colors(workload)
+    facts = _Facts(workload, plan)
     pipeline = ""
     if plan.objective == "throughput" and len(set(plan.assignment.values())) > 1:
         pipeline = ('<div><h2>A few samples, pipelined</h2><p class="muted">each device works on one '
@@ -361,8 +399,9 @@ def render(workload: Workload, plan: Plan, *, title: str, predicted: Mapping[str
 <p class="muted">{esc(plan.objective)}: {workload.n} operators, {esc(workload.device_summary())}</p>
 {weighed_section(workload, plan, predicted)}
 {measured or measured_placeholder()}
-{devices_section(workload, plan, colors)}
-{structure_section(workload, plan, colors)}
+{devices_section(facts, plan, colors)}
+{cuts_section(facts)}
+{structure_section(facts, colors)}
 <div class="flex"><div><h2>One sample through the devices</h2><p class="muted">predicted; grey: transfers</p>
 {sample_timeline_svg(workload, plan, colors, width=600)}</div>{pipeline}</div>
 </body></html>

@@ -295,6 +295,8 @@ def test_a_decoder_split_by_its_layers_reads_one_row_a_layer(tmp_path, capsys, c
     cut = "/model/layers.15/res2 512 B cpu0→cpu1"
     assert f"out: {cut}" in read.groups[16] and f"in: {cut}" in read.groups[17]
     assert sum(cut in g for g in read.groups) == 2
+    # and at the top, by pair of devices: one tensor, its bytes, named
+    assert "cpu0 → cpu1 1 512 B /model/layers.15/res2 512 B" in " ".join(" ".join(read.text).split())
     assert "cpu0 100%" in read.groups[1] and "cpu1 100%" in read.groups[20]
     assert len(read.devices) == 3 and all("50%" in r for r in read.devices[1:])
     assert page.stat().st_size < 1_000_000

@@ -14,7 +14,6 @@ import sys
 import termios
 import time
 
-
 from onnx_models import mlp
 from onnxsplit import progress
 
