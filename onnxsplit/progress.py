@@ -10,6 +10,8 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator
 
+QUIET_S = 1.0  # a step shorter than this draws nothing (no flicker)
+
 
 def shown(quiet: bool = False) -> bool:
     """Whether progress is drawn: not ``quiet``, and stderr is a terminal."""
@@ -75,7 +77,7 @@ def ticking(desc: str, quiet: bool = False) -> Iterator[None]:
     from tqdm import tqdm
 
     line = tqdm(total=None, desc=desc, bar_format="{desc}: {elapsed}", file=sys.stderr, leave=False,
-                delay=1.0)  # (a quick step draws nothing)
+                delay=QUIET_S)
     stop = threading.Event()
 
     def tick() -> None:

@@ -49,10 +49,11 @@ def test_only_a_terminal_is_shown_progress(monkeypatch):
             return True
 
     monkeypatch.setattr(sys, "stderr", Terminal())
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)
     assert progress.shown() and not progress.shown(quiet=True)
     with progress.ticking("waiting"):
-        time.sleep(1.6)  # (past the second a quick step waits before it draws)
-    assert "waiting: 00:01" in sys.stderr.getvalue()
+        time.sleep(0.6)  # (past the first tick)
+    assert "waiting: 00:00" in sys.stderr.getvalue()
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     assert not progress.shown()
     with progress.ticking("waiting"):
