@@ -114,28 +114,14 @@ def parse_input_ranges(specs) -> tuple[dict[str, tuple[int, ...]], dict[str, lis
 
 
 def parse_input_shapes(specs) -> dict[str, tuple[int, ...]]:
-    """``["input_ids=1x128", ...]`` -> ``{"input_ids": (1, 128)}``; one-line errors."""
-    out: dict[str, tuple[int, ...]] = {}
-    for spec in each_spec(specs):
-        if ".." in spec:
-            raise OnnxsplitError(f"--input-shape '{spec}': a range of shapes is for the main command "
-                                 f"and export; here give one shape, e.g. {spec.split('=')[0]}=1x128")
-        name, eq, dims = spec.rpartition("=")
-        example = f"{name.strip() or 'input_ids'}=1x128"
-        if not eq or not name.strip():
-            raise OnnxsplitError(f"bad --input-shape '{spec}': expected NAME=DIMS, e.g. {example}")
-        if dims.strip() == "scalar":
-            parts = []
-        else:
-            parts = dims.replace(",", "x").replace("X", "x").split("x")
-        if not dims.strip() or not all(p.strip().isdigit() for p in parts):
-            raise OnnxsplitError(f"bad --input-shape '{spec}': DIMS must be non-negative integers "
-                                 f"separated by 'x' (or 'scalar'), e.g. {example}")
-        name = name.strip()
-        if name in out:
-            raise OnnxsplitError(f"--input-shape given twice for '{name}'")
-        out[name] = tuple(int(p) for p in parts)
-    return out
+    """``["input_ids=1x128", ...]`` -> ``{"input_ids": (1, 128)}``: one shape per input,
+    for the commands that take no range (:func:`parse_input_ranges` parses both)."""
+    shapes, whole = parse_input_ranges(specs)
+    if whole is not None:
+        name = next(n for n, dims in whole.items() if any(a != b for a, b in dims))
+        raise OnnxsplitError(f"--input-shape for '{name}': a range of shapes is for the main command "
+                             f"and export; here give one shape, e.g. {name}=1x128")
+    return shapes
 
 
 def parse_input_values(specs) -> dict[str, float]:

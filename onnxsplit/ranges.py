@@ -32,8 +32,8 @@ def parse_dims(spec: str, dims: str) -> tuple[list[tuple[int, int]], tuple[int, 
     for part in text.replace(",", "x").replace("X", "x").split("x"):
         lo, dots, hi = part.strip().partition("..")
         if not lo.strip().isdigit() or (dots and not hi.strip().isdigit()):
-            raise OnnxsplitError(f"bad --input-shape '{spec}': DIMS must be sizes or ranges lo..hi "
-                                 f"separated by 'x' (or 'scalar'), e.g. {example}")
+            raise OnnxsplitError(f"bad --input-shape '{spec}': DIMS must be non-negative integers or ranges "
+                                 f"lo..hi separated by 'x' (or 'scalar'), e.g. {example}")
         a, b = int(lo), int(hi) if dots else int(lo)
         if a > b:
             raise OnnxsplitError(f"bad --input-shape '{spec}': the range {a}..{b} runs backwards")

@@ -37,7 +37,7 @@ def test_a_range_per_dimension_is_planned_at_its_middle_or_where_asked():
 
 @pytest.mark.parametrize("spec, words", [
     ("x=8..1x16", "runs backwards"),
-    ("x=1..x16", "sizes or ranges"),
+    ("x=1..x16", "integers or ranges"),
     ("x=1..8x16@9x16", "dimension 0 is 9, outside 1..8x16"),
     ("x=1..8x16@1", "has 1 dimensions"),
     ("x=1..8x16@ax16", "must be sizes"),
