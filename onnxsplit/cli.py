@@ -524,7 +524,11 @@ def _run(args) -> int:
         from . import measured_report
         from .running.manifest import read_manifest
 
-        result["report"] = str(measured_report.write(args.parts, read_manifest(args.parts), result))
+        try:  # (what was measured is printed all the same)
+            result["report"] = str(measured_report.write(args.parts, read_manifest(args.parts), result))
+        except OSError as e:
+            print(f"onnxsplit: warning: {args.parts}/report.html not written ({e.strerror or e})",
+                  file=sys.stderr)
     bad = not result["verify"]["ok"]
     if bad:  # also on stderr: a script sees why the exit status is 1
         v = result["verify"]

@@ -234,7 +234,7 @@ def test_run_report_never_writes_over_a_page_onnxsplit_did_not_make(tmp_path, ca
 # --------------------------------------------------------------------- in the browser
 
 
-def test_small_bert_report_from_the_main_command_and_run_report(tmp_path, capsys, chromium):
+def test_small_bert_report_from_the_main_command_and_run_report(tmp_path, capsys, monkeypatch, chromium):
     out = tmp_path / "parts"
     shapes = ["--input-shape", "input_ids=1x64", "--input-shape", "attention_mask=1x64"]
     assert main([str(SMALL_BERT), *shapes, "--out", str(out), "--json"]) == 0
@@ -271,6 +271,17 @@ def test_small_bert_report_from_the_main_command_and_run_report(tmp_path, capsys
         assert said == pytest.approx(predicted[stem], rel=1e-3) and got == pytest.approx(ms, rel=1e-3)
         assert int(row.group(3)) == round(100 * (ms / predicted[stem] - 1))
     assert "The plan on the model's structure" in html  # the rest of the page is kept
+
+    # a page that cannot be written: said in one line, what was measured printed all the same
+    def full(*a, **k):
+        raise OSError(28, "No space left on device", str(page))
+
+    monkeypatch.setattr(measured_report, "write_atomic", full)
+    assert main(["run", str(out), "--report", "--no-measure"]) == 0
+    said = capsys.readouterr()
+    assert said.err.strip().splitlines() == [f"onnxsplit: warning: {out}/report.html not written "
+                                             "(No space left on device)"]
+    assert "verify: max abs error" in said.out and page.read_text() == html
 
 
 def test_a_decoder_split_by_its_layers_reads_one_row_a_layer(tmp_path, capsys, chromium):
