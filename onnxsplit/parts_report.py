@@ -235,7 +235,9 @@ def structure_section(facts: _Facts, colors: Mapping[str, str]) -> str:
     names = [n.name or str(n.id) for n in workload.nodes]
     kinds = [str((n.extra or {}).get("opType") or _kind_from_name(n.name)) for n in workload.nodes]
     edges = list(zip(workload.edge_src.tolist(), workload.edge_dst.tolist()))
-    how, groups = hierarchy.group_nodes(names, kinds, edges, workload.topological_order)
+    used = len(set(facts.assignment.values()))  # (each device past 8 takes rows above: fewer groups)
+    most = max(hierarchy.MOST_GROUPS - 2 * max(used - 8, 0), hierarchy.MOST_GROUPS // 2)
+    how, groups = hierarchy.group_nodes(names, kinds, edges, workload.topological_order, most)
     views = _node_views(groups, facts)
     return (f'<h2>The plan on the model\'s structure</h2><p class="muted">{workload.n} operators in '
             f'{len(groups)} groups, by {esc(how)}; ms: the operators\' own time on their devices '

@@ -29,11 +29,15 @@ NODE_W, NODE_H, GAP_X, GAP_Y = 16, 10, 14, 6
 
 
 def device_colors(workload: Workload) -> dict[str, str]:
+    """A colour per device: the palettes' (cool for accelerators, warm for CPUs), then
+    hues a golden angle apart, so that no two devices of a large plan share one."""
     out = {}
     for d in workload.devices:
         pal = ACC_COLORS if d.kind == "acc" else CPU_COLORS
         i = int(d.name[3:]) if d.name[3:].isdigit() else 0
-        out[d.name] = pal[i % len(pal)]
+        k = i - len(pal)
+        out[d.name] = pal[i] if k < 0 else \
+            f"hsl({(k * 137.5 + (200 if d.kind == 'acc' else 20)) % 360:.0f},55%,{42 + 12 * (k % 2)}%)"
     return out
 
 
@@ -160,25 +164,27 @@ def graph_svg(workload: Workload, assignment: dict[int, str], colors: dict[str, 
 
 def _gantt(rows: list[str], bars: list[tuple[str, float, float, str, str]], total: float,
            colors: dict[str, str], width: int = 900) -> str:
-    """bars: (row, start, end, kind "compute"|"transfer", label)."""
-    label_w, row_h = 70, 26
+    """bars: (row, start, end, kind "compute"|"transfer", label).  Rows are narrower where
+    there are many (a plan on many cores stays within the page's screens)."""
+    label_w, row_h = 70, (26 if len(rows) <= 8 else 16)
+    pad = row_h // 6
     scale = (width - label_w - 20) / total if total > 0 else 1.0
     h = row_h * len(rows) + 34
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" class="gantt">']
     index = {r: i for i, r in enumerate(rows)}
     for r, i in index.items():
-        out.append(f'<text x="0" y="{i * row_h + 18}" class="lbl">{esc(r)}</text>')
-        out.append(f'<line x1="{label_w}" y1="{i * row_h + 24}" x2="{width - 10}" '
-                   f'y2="{i * row_h + 24}" class="edge"/>')
+        out.append(f'<text x="0" y="{i * row_h + 0.7 * row_h:.0f}" class="lbl">{esc(r)}</text>')
+        out.append(f'<line x1="{label_w}" y1="{i * row_h + row_h - 2}" x2="{width - 10}" '
+                   f'y2="{i * row_h + row_h - 2}" class="edge"/>')
     for row, a, b, kind, label in bars:
         i = index[row]
         w = max(1.0, (b - a) * scale)
         fill = colors.get(row, "#718096") if kind == "compute" else "#e2e8f0"
-        out.append(f'<rect x="{label_w + a * scale:.1f}" y="{i * row_h + 4}" width="{w:.1f}" '
-                   f'height="{row_h - 8}" fill="{fill}" stroke="#2d3748" stroke-width="0.3">'
+        out.append(f'<rect x="{label_w + a * scale:.1f}" y="{i * row_h + pad}" width="{w:.1f}" '
+                   f'height="{row_h - 2 * pad}" fill="{fill}" stroke="#2d3748" stroke-width="0.3">'
                    f'<title>{esc(label)}: {a:.4g}-{b:.4g} ms</title></rect>')
         if w > 40:
-            out.append(f'<text x="{label_w + a * scale + 3:.1f}" y="{i * row_h + 17}" '
+            out.append(f'<text x="{label_w + a * scale + 3:.1f}" y="{i * row_h + 0.65 * row_h:.0f}" '
                        f'class="inbar">{esc(label)[:int(w / 6)]}</text>')
     for t in np.linspace(0, total, 6):
         xx = label_w + t * scale
@@ -210,7 +216,9 @@ def pipeline_timeline_svg(workload: Workload, plan: Plan, colors: dict[str, str]
     max load (the period), for its own load."""
     loads = evaluate.max_load(workload, plan.assignment).loads
     used = set(plan.assignment.values())
-    stages = [d for d in (plan.stages or sorted(used)) if d in used]
+    # (a plan without stages, a user's say: its devices in the order the graph reaches them)
+    first = [workload.ids[v] for v in workload.topological_order]
+    stages = [d for d in (plan.stages or dict.fromkeys(plan.assignment[int(i)] for i in first)) if d in used]
     period = max((loads[d] for d in stages), default=0.0)
     bars = []
     for j in range(samples):

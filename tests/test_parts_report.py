@@ -204,6 +204,27 @@ def test_names_without_scopes_fall_back_to_the_blocks_the_graph_repeats():
     assert sorted(v for r in rows for v in r.nodes) == list(range(500))
 
 
+# ------------------------------------------------------------------ many devices
+
+
+def test_many_devices_keep_their_own_colours_and_their_pipeline_order(tmp_path):
+    from onnxsplit.report import device_colors, pipeline_timeline_svg
+
+    path = tmp_path / "w.json"
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_large_workload.py"), str(path), "--nodes", "600",
+                    "--k", "12", "--l", "16"], check=True, capture_output=True)
+    w = Workload.from_paper_json(path)
+    colors = device_colors(w)
+    assert len(colors) == 28 and len(set(colors.values())) == 28
+    # a plan without stages (a user's): its devices drawn in the order the graph reaches them
+    order = list(w.topological_order)
+    assignment = {int(w.ids[v]): f"cpu{15 - 16 * k // len(order)}" for k, v in enumerate(order)}
+    plan = Plan("throughput", "given", "feasible", 1.0, assignment)
+    svg = pipeline_timeline_svg(w, plan, colors)
+    rows = re.findall(r'class="lbl">(cpu\d+)<', svg)
+    assert rows == [f"cpu{i}" for i in range(15, -1, -1)]
+
+
 # ----------------------------------------------------------------------- failures
 
 
