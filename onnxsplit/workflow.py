@@ -944,15 +944,22 @@ def _scale_per_shape(predicted: dict[str, Any], rows: list[dict[str, Any]], fold
         entry = {"shapes": r["shapes"]}
         if "part_ms" in r:
             more = sum(r["part_ms"]) - sum(base["part_ms"])  # ms a sample takes more there
-            latency = max(predicted["latency_ms"] + more, 1e-6)
-            period = max(1e3 / predicted["throughput_per_s"] + more / max(copies, 1), 1e-6)
-            entry.update(latency_ms=latency, throughput_per_s=1e3 / period, scaled=True)
+            latency, throughput = _promise_at(predicted, more, copies)
+            entry.update(latency_ms=latency, throughput_per_s=throughput, scaled=True)
             r.update({key: entry[key] for key in ("latency_ms", "throughput_per_s")})
         out.append(entry)
     predicted["per_shape"] = out
     manifest = json.loads((folder / ex.MANIFEST).read_text())
     manifest["predicted"]["per_shape"] = out
     (folder / ex.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def _promise_at(predicted: Mapping[str, Any], more_ms: float, copies: int = 1) -> tuple[float, float]:
+    """(latency ms, throughput /s) of a calibrated promise at a shape where a sample takes
+    ``more_ms`` longer (fewer where negative), ``copies`` side by side sharing it."""
+    latency = max(predicted["latency_ms"] + more_ms, 1e-6)
+    period = max(1e3 / predicted["throughput_per_s"] + more_ms / max(copies, 1), 1e-6)
+    return latency, 1e3 / period
 
 
 def _predict_from_parts(prep: Prepared, candidate, folder: Path, part_ms: list[float],
@@ -992,19 +999,20 @@ def _predict_from_parts(prep: Prepared, candidate, folder: Path, part_ms: list[f
 def _over_the_range(rows: list[dict[str, Any]], rival, objective: str) -> float | None:
     """A split's speed over ``rival`` (the model kept whole) across a range's check shapes,
     their geometric mean (above 1: the split is faster), or None without a range: the
-    whole model's promise at each shape is its calibrated one scaled by how much longer
-    the model takes there (its parts' times summed), so the split's fixed costs per call,
-    which weigh most at small shapes, decide."""
+    whole model's promise at each shape is its calibrated one plus what the model takes
+    more there (its parts' times summed), as :func:`_scale_per_shape` promises it, so the
+    split's fixed costs per call, which weigh most at small shapes, decide."""
     key = "throughput_per_s" if objective == "throughput" else "latency_ms"
     rows = [r for r in rows if r.get("part_ms") and r.get(key)]
     base = next((r for r in rows if r.get("planned")), None)
-    if len(rows) < 2 or base is None or not rival.predicted.get(key):
+    if len(rows) < 2 or base is None or not (rival.predicted.get("latency_ms") and
+                                             rival.predicted.get("throughput_per_s")):
         return None
+    copies = int(rival.execution.get("replicas") or 1)
     logs = []
     for r in rows:
-        k = sum(r["part_ms"]) / max(sum(base["part_ms"]), 1e-9)
-        whole = rival.predicted[key] / k if objective == "throughput" else rival.predicted[key] * k
-        logs.append(np.log(r[key] / whole if objective == "throughput" else whole / r[key]))
+        latency, throughput = _promise_at(rival.predicted, sum(r["part_ms"]) - sum(base["part_ms"]), copies)
+        logs.append(np.log(r[key] / throughput if objective == "throughput" else latency / r[key]))
     return float(np.exp(np.mean(logs)))
 
 
