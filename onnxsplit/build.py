@@ -155,7 +155,8 @@ def build_workload(
         pairs.setdefault((e.producer, e.consumer), []).append(e.tensor)
     edges = tuple(
         Edge(ids[p], ids[c], out_cost[p],
-             extra={"bytes": sum(graph.tensors[t].bytes for t in ts), "tensors": ts})
+             extra={"bytes": sum(graph.tensors[t].bytes for t in ts), "tensors": ts,
+                    "tensorBytes": [graph.tensors[t].bytes for t in ts]})
         for (p, c), ts in pairs.items())
 
     meta = {

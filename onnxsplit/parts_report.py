@@ -93,12 +93,13 @@ class _Facts:
                 continue
             extra = e.extra or {}
             tensors = extra.get("tensors") or [workload.nodes[s].name or str(workload.nodes[s].id)]
-            each = extra.get("bytes")
-            for name in tensors:
+            sizes = extra.get("tensorBytes") or (  # (an edge's bytes, where it does not say each's)
+                [extra["bytes"] / len(tensors)] * len(tensors) if extra.get("bytes") is not None else None)
+            for k, name in enumerate(tensors):
                 key = (int(s), name, int(self.dev[t]))
                 if key not in cuts:  # a tensor moves once to each device that reads it
                     cuts[key] = _Cut(name, int(s), self.names[self.dev[t]], self.names[self.dev[s]],
-                                     None if each is None else each / len(tensors), e.cost / len(tensors))
+                                     None if sizes is None else float(sizes[k]), e.cost / len(tensors))
                 self.cut_in.setdefault(int(t), []).append(cuts[key])
         self.cut_out: dict[int, list[_Cut]] = {}
         for c in cuts.values():

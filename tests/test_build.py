@@ -71,6 +71,7 @@ def test_tiny_bert_on_estimated_gpus(tiny):
         want = sum(1e-5 + graph.tensors[o].bytes / 12e9 for o in read) * 1e3
         assert e.cost == pytest.approx(want, rel=1e-9, abs=1e-12)
         assert e.extra["bytes"] == sum(graph.tensors[t].bytes for t in e.extra["tensors"])
+        assert e.extra["tensorBytes"] == [graph.tensors[t].bytes for t in e.extra["tensors"]]
     # the graph's producer -> consumer pairs, each once
     assert {(graph.nodes[e.source].name, graph.nodes[e.dest].name) for e in w.edges} == {
         (e.producer, e.consumer) for e in graph.edges}
