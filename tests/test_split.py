@@ -106,6 +106,11 @@ def test_plan_json_is_editable_and_reapplied(tmp_path, capsys):
     devices = {p["device"]: p["nodes"] for p in manifest["parts"]}
     assert devices == {"cpu0": 3, "cpu1": 6}
     assert res["plan"]["method"] == "given"
+    # export writes the folder's report too, of the plan it was given: both cores drawn,
+    # the tensor cut between them named (tests/test_parts_report.py looks at such pages)
+    page = (second / "report.html").read_text()
+    assert res["report"] == str(second / "report.html")
+    assert "cpu0 → cpu1" in page and all(f"<td>{d}</td>" in page or f">{d}<" in page for d in devices)
     # the edited plan is predicted from its parts as written and timed (the calibration
     # is in the cache): the slower device's parts bound its rate
     pred = manifest["predicted"]
