@@ -66,9 +66,16 @@ def test_node_sum_tracks_whole_model(tiny, mlp_path):
     assert entry.settings["method"] == "alone"  # auto: its nodes are far under 20 us
     assert 0.2 < entry.node_sum_ms() / entry.whole_model_ms["median"] < 5
     for method, band in (("in_graph", (0.8, 1.25)), ("alone", (0.6, 1.4))):
-        e = profile(mlp_path, cache=False, repeats=10, quiet=True, method=method).entries[0]
+        # measured again once where the first is out of band: a busy moment moved one
+        # whole-model median 3x (1.93 ms of nodes against 6.21 ms) in a full suite; a slip
+        # in the sums is out of band every time
+        for attempt in range(2):
+            e = profile(mlp_path, cache=False, repeats=10, quiet=True, method=method).entries[0]
+            ratio = e.node_sum_ms() / e.whole_model_ms["median"]
+            if band[0] < ratio < band[1]:
+                break
         assert e.settings["method"] == method
-        assert band[0] < e.node_sum_ms() / e.whole_model_ms["median"] < band[1], method
+        assert band[0] < ratio < band[1], (method, ratio)
         # the MatMuls are where the time goes, as FLOPs say
         mm = sum(t.median_ms for t in e.nodes.values() if t.op_type == "MatMul")
         assert mm > 0.6 * e.node_sum_ms(), method
