@@ -32,11 +32,12 @@ demo: $(VENV)/.installed-openvino
 	@echo "The result, measured beside onnxruntime's own sessions on the same inputs:"
 	$(BIN)/onnxsplit run $(VENV)/demo_parts --samples 200
 
-# two workers (pytest-xdist): CI's two cores; a test's calibration mostly waits on the clock,
-# so the suite takes about half as long; an idle worker takes tests queued for the other
-# (worksteal: the slow tests end the run on both).  A worker's tests share one profile
-# cache (tests/conftest.py)
-XDIST := -n 2 --dist worksteal
+# three workers (pytest-xdist) on CI's two cores: most of a slow test waits on the clock (Ray
+# and its servers starting, sessions settling, subprocesses), not on a core; the slow tests
+# start first and an idle worker takes tests queued for another (worksteal), so the run ends
+# on quick ones.  Every measurement lasts a fifth of a user's (ONNXSPLIT_TIMING_SCALE), and a
+# worker's tests share one profile cache (tests/conftest.py)
+XDIST := -n 3 --dist worksteal
 
 # headless Chromium opens the parts folder's report.html as a user would
 # (tests/test_parts_report.py): installed where it can be (apt-get, as root), never failing

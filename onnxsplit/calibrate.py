@@ -22,6 +22,7 @@ from typing import Any, Mapping
 
 from .export import UNFUSED
 from .profile.devices import CPU_EP, shares_cpu
+from .running.timing import scale
 
 TARGET_S = 3.0  # seconds each configuration is timed for, over ROUNDS rounds
 ROUNDS = 5  # a shared machine's noise comes in slow minutes: alternate, keep medians
@@ -98,6 +99,8 @@ def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, core
         for k, how in configs.items():
             results.update(measure_loaded({k: load(how)}, feeds))
     record: dict[str, Any] = {"default": _rounded(results["default"])}
+    if scale() != 1.0:
+        record["scale"] = scale()
     if not on_cores:
         return record
     record["cores"] = cores
@@ -170,10 +173,11 @@ def measure_loaded(named: Mapping[str, Any], feeds: Mapping[str, Any]) -> dict[s
         for p in loaded.values():
             p.run(feeds)
         once = max((time.perf_counter() - t) / len(loaded), 1e-6)
+        f = scale()
         for p in loaded.values():
-            for _ in range(int(min(MAX_SAMPLES, WARM_S / len(loaded) / once))):
+            for _ in range(int(min(MAX_SAMPLES, f * WARM_S / len(loaded) / once))):
                 p.run(feeds)
-        samples = int(min(MAX_SAMPLES, max(MIN_SAMPLES, TARGET_S / once)))
+        samples = int(min(max(MIN_SAMPLES, f * MAX_SAMPLES), max(MIN_SAMPLES, f * TARGET_S / once)))
         tries = []
         for _ in range(1 + AGAIN):
             got = measure_rounds(loaded, feeds, samples, warmup=1, rounds=ROUNDS,
@@ -288,6 +292,7 @@ def runner_costs() -> dict[str, Any]:
     from .running.runner import measure_pipeline, round_order, time_calls
 
     n = CHAIN_CALLS
+    f = scale()
     with tempfile.TemporaryDirectory(prefix="onnxsplit-calls-") as tmp:
         work = _chain([_chain_part(Path(tmp), i, WORK_ROWS) for i in range(n)], 2)
         tiny = _chain([_chain_part(Path(tmp), i, 1) for i in range(n)], GIL_DEVICES)
@@ -301,16 +306,16 @@ def runner_costs() -> dict[str, Any]:
     got: dict[str, list[dict[str, float]]] = {k: [] for k in chains}
     alone: list[list[float]] = []
     for r in range(COST_ROUNDS):
-        alone.append(time_calls(work, feeds["work"], budget_s=0.05))
+        alone.append(time_calls(work, feeds["work"], budget_s=0.05 * f))
         for k in round_order(list(chains), r):
-            got[k].append(measure_pipeline(chains[k], feeds[k], COST_SAMPLES, warmup=5))
+            got[k].append(measure_pipeline(chains[k], feeds[k], max(10, int(f * COST_SAMPLES)), warmup=5))
     own = np.median(np.array(alone), axis=0)  # each work part's own time
     busiest = max(float(own[d::2].sum()) for d in range(2))
 
     def median(k: str, key: str) -> float:
         return float(np.median([g[key] for g in got[k]]))
 
-    session = float(np.median(time_calls(tiny, feeds["tiny"], budget_s=0.05)))
+    session = float(np.median(time_calls(tiny, feeds["tiny"], budget_s=0.05 * f)))
     gil = 1e3 / median("tiny", "throughput_per_s") / n
     # (the two chains' rounds ran side by side: their differences, round by round)
     per_tensor = float(np.median([1e3 / w["throughput_per_s"] - 1e3 / t["throughput_per_s"]
@@ -416,7 +421,10 @@ def latency_ms(record: Mapping[str, Any], threads: int) -> float | None:
 
 def stale(record: Mapping[str, Any]) -> bool:
     """Whether a stored calibration measured copies at a level :func:`level_of` no longer
-    picks (made under an earlier rule): they are not what the plan would run."""
+    picks (made under an earlier rule): they are not what the plan would run; or was made
+    in less time than this command's (:func:`scale`) gives one."""
+    if record and record.get("scale", 1.0) < scale():
+        return True
     return any(rep.get("optimization", "all") != level_of(record, int(t))
                for t, rep in (record.get("replicas") or {}).items())
 

@@ -478,6 +478,7 @@ def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
         != pytest.approx(rate["plan"] / rate["a"])
 
 
+@pytest.mark.full_timing
 def test_each_measurement_waits_for_the_one_before_to_settle(monkeypatch):
     """A session's spinning threads must not be timed as the next session's slowness:
     after sessions that spin (as FakeParts do unless told), every measurement starts
@@ -497,6 +498,31 @@ def test_each_measurement_waits_for_the_one_before_to_settle(monkeypatch):
     assert events.count("measure") == 3 * 2 * 2
     assert events == [runner.SETTLE_S, "measure"] * 12
     assert runner.SETTLE_S >= 0.05  # the spinning measured lasts 20-50 ms
+
+
+def test_the_timing_scale_shortens_every_wait_and_marks_what_it_measured(monkeypatch):
+    """ONNXSPLIT_TIMING_SCALE: the pauses a fifth as long, a calibration made at a fifth
+    measured again by a command at full length (not the other way round), a bad value one
+    line."""
+    from onnxsplit.errors import ProfileError
+    from onnxsplit.running import runner, timing
+
+    events: list = []
+    monkeypatch.setattr(runner, "measure_pipeline", lambda *a: {"latency_ms": 1.0, "throughput_per_s": 1e3})
+    monkeypatch.setattr(runner.time, "sleep", lambda s: events.append(s))
+    monkeypatch.setenv(timing.SCALE_ENV, "0.2")
+    runner.measure_rounds({"a": FakeParts(), "b": FakeParts()}, {}, 4, 0, rounds=2)
+    assert events == [pytest.approx(0.2 * runner.SETTLE_S)] * 4
+    rec = {"default": {}, "replicas": {}, "scale": 0.2}
+    assert not cal.stale(rec)
+    monkeypatch.delenv(timing.SCALE_ENV)
+    assert cal.stale(rec) and not cal.stale({"default": {}, "replicas": {}})
+    monkeypatch.setenv(timing.SCALE_ENV, "0.5")
+    assert not cal.stale({"default": {}, "replicas": {}})  # a full one serves a shorter
+    for bad in ("0", "1.5", "x", "nan", "-1"):
+        monkeypatch.setenv(timing.SCALE_ENV, bad)
+        with pytest.raises(ProfileError, match=f"ONNXSPLIT_TIMING_SCALE must be .* not '{bad}'"):
+            timing.scale()
 
 
 def test_only_a_session_whose_threads_spin_makes_the_next_one_wait(monkeypatch, tmp_path):

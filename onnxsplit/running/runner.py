@@ -36,6 +36,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from ..providers import openvino
+from . import timing
 from . import verify as verify_outputs
 from ..errors import OnnxsplitError, RunError
 from .manifest import read_manifest
@@ -673,7 +674,8 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
     """Each of ``loaded`` measured in ``rounds`` rounds, all in turn each round, the order
     varied (:func:`round_order`: a shared machine's slow minute then hits all alike, and
     none always runs right after the copies), each SETTLE_S after one whose threads spin
-    (``Parts.spins``): medians over the rounds, or the error.
+    (``Parts.spins``): medians over the rounds, or the error.  Both waits are times the
+    timing scale (:func:`timing.scale`).
 
     ``pair_with`` (the plan's name): each other session is measured right beside a
     measurement of it (:func:`paired_order`), which ``beside`` keeps per session, so a
@@ -693,17 +695,18 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
             out[name] = {"error": str(e)}
             continue
         per_round[name] = max(1, samples // max(rounds, 1),
-                              min(MAX_ROUND_SAMPLES, int(min_round_s / once)))
+                              min(MAX_ROUND_SAMPLES, int(timing.scale() * min_round_s / once)))
     names = [name for name in loaded if name not in out]  # (those that ran once)
     keys = ("latency_ms", "throughput_per_s")
     spinning = True  # (whatever ran before this call may have)
+    settle_s = SETTLE_S * timing.scale()
     for r in range(max(rounds, 1)):
         for group in paired_order(names, r, pair_with if pair_with not in out else None):
             if any(name in out for name in group):
                 continue
             for name in group:
                 if spinning:
-                    time.sleep(SETTLE_S)
+                    time.sleep(settle_s)
                 # (an engine that does not say, as RayParts' actors do not, counts as spinning)
                 spinning = getattr(loaded[name], "spins", True)
                 try:
