@@ -249,7 +249,8 @@ def _parser() -> argparse.ArgumentParser:
                          "the linearized DP; the integer program for latency with accelerators. "
                          "Or any method of 'onnxsplit solve'")
     sp.add_argument("--time-limit", type=_positive("seconds"), default=30.0, metavar="S",
-                    help="seconds for the solver (default 30)")
+                    help="seconds for the solver (default 30; with several accelerator classes, as long "
+                         "again for each class alone)")
 
     ex = sub.add_parser("export", parents=[model, placed, out], help="write the parts of a given plan",
                         description="Apply a plan.json (as the main command writes it; nodes by "
