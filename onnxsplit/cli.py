@@ -51,7 +51,7 @@ examples:
 """
 
 
-COMMANDS = ("split", "export", "run", "serve", "solve", "compare", "evaluate", "profile", "workload",
+COMMANDS = ("split", "export", "run", "generate", "serve", "solve", "compare", "evaluate", "profile", "workload",
             "devices")
 
 DRIFT_NOTED = 0.10  # `run` suggests --recalibrate where a session moved more than this
@@ -284,6 +284,23 @@ def _parser() -> argparse.ArgumentParser:
                     help="also time each part and draw what was measured beside the prediction in "
                          "PARTS/report.html (replaced in one step; only a report onnxsplit wrote)")
 
+    gn = sub.add_parser("generate", parents=[out],
+                        help="generate tokens through a decoder's parts (prefill, greedy decoding)",
+                        description="Prefill the prompt, then decode greedily one token a step, each "
+                                    "layer's cache fed back to the part that made it; tokens/s beside "
+                                    "the same loop over the original model in onnxruntime's default "
+                                    "session (whose tokens the parts' must equal) and beside "
+                                    "onnxruntime-genai where it runs the model.")
+    gn.add_argument("parts", help="folder written by onnxsplit from a decoder with past (with manifest.json)")
+    gn.add_argument("--prompt", required=True, metavar="IDS", help="token ids, comma-separated: 1,15043,29991")
+    gn.add_argument("--max-new-tokens", type=_at_least(1), default=32, metavar="N",
+                    help="tokens to generate (default 32)")
+    gn.add_argument("--eos", type=_at_least(0), metavar="ID", help="stop after this token id")
+    gn.add_argument("--no-baseline", action="store_true",
+                    help="only the parts: no check against the original model, no peers")
+    gn.add_argument("--fallback-cpu", action="store_true",
+                    help="run a part whose execution provider this machine lacks on the CPU")
+
     sv = sub.add_parser("serve", help="serve a parts folder over HTTP (Ray Serve, Open Inference Protocol)",
                         description="Run the parts as a Ray Serve application (one deployment per part) "
                                     "behind an HTTP endpoint speaking the Open Inference Protocol (KServe "
@@ -320,7 +337,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("workload", help="workload JSON (the paper's format)")
     e.add_argument("split", help='split JSON: {"fpgas": [{"nodes": [...]}], "cpus": [...]} or a plan')
     e.add_argument("--objective", default="throughput", choices=["throughput", "latency"])
-    for command in (c, pr, wl, sp, ex, rn, sv, dv):  # those that open sessions
+    for command in (c, pr, wl, sp, ex, rn, gn, sv, dv):  # those that open sessions
         command.add_argument("--ep-library", action="append", default=[], metavar="NAME=PATH",
                              help="load a plugin execution provider from its library (onnxruntime "
                                   "1.23+), e.g. OpenVINOExecutionProvider=/path/libonnxruntime_"
@@ -349,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import OnnxsplitError
     from .interrupt import run
 
-    command = {"split": _split, "export": _export, "run": _run, "serve": _serve, "solve": _solve,
+    command = {"split": _split, "export": _export, "run": _run, "generate": _generate, "serve": _serve,
+               "solve": _solve,
                "evaluate": _evaluate,
                "compare": _compare, "profile": _profile, "workload": _workload,
                "devices": _devices}[args.command]
@@ -492,6 +510,47 @@ def _tolerance_text(verify: dict) -> str:
     from .running.verify import says
 
     return says(verify)
+
+
+def _generate(args) -> int:
+    from .errors import OnnxsplitError
+    from .running.generate import run_generation
+
+    try:
+        prompt = [int(t) for t in args.prompt.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise OnnxsplitError(f"--prompt takes token ids separated by commas, not {args.prompt!r}") from None
+    if any(t < 0 for t in prompt):
+        raise OnnxsplitError("--prompt: token ids are not negative")
+    r = run_generation(args.parts, prompt, args.max_new_tokens, eos=args.eos,
+                       baseline=not args.no_baseline, fallback_cpu=args.fallback_cpu)
+    bad = "check" in r and not r["check"]["ok"]
+    if bad:
+        c = r["check"]
+        why = (f"token {c['first_difference']} differs" if c["first_difference"] is not None else
+               f"logits off by {c['max_rel_logit_error']:.2g} of their largest (tolerance {c['tolerance']:g})")
+        print(f"onnxsplit: check failed: the parts do not generate as the original model does ({why})",
+              file=sys.stderr)
+    if args.json:
+        print(json.dumps(r))
+        return 1 if bad else 0
+    print(f"{r['parts_dir']}: {r['parts']} part(s) on {', '.join(r['devices'])}")
+    print(f"generated {len(r['tokens'])} token(s): {' '.join(map(str, r['tokens']))}")
+    if "check" in r:
+        c = r["check"]
+        print(f"check: {'the same tokens as' if c['first_difference'] is None else 'NOT the same tokens as'} "
+              f"the original model in onnxruntime, logits within {c['max_rel_logit_error']:.2g} of their "
+              f"largest (tolerance {c['tolerance']:g})")
+    names = {"onnxsplit": "onnxsplit's parts", "onnxruntime": "onnxruntime, the whole model (default session)",
+             "onnxruntime_genai": "onnxruntime-genai, the whole model"}
+    print(f"  {'':48} {'prefill tok/s':>14} {'decode tok/s':>13} {'first token ms':>15}")
+    for k, v in r["rates"].items():
+        cells = [f"{x:.1f}" if x is not None else "-" for x in
+                 (v["prefill_tokens_per_s"], v["decode_tokens_per_s"], v["first_token_ms"])]
+        print(f"  {names[k]:48} {cells[0]:>14} {cells[1]:>13} {cells[2]:>15}")
+    if "genai" in r:
+        print(f"  (onnxruntime-genai not measured: {r['genai']})")
+    return 1 if bad else 0
 
 
 def _run(args) -> int:

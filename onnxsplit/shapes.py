@@ -82,7 +82,9 @@ class TensorType:
 def bind_inputs(
     graph: onnx.GraphProto, weights: set[str], input_shapes: Mapping[str, Iterable[int]] | None
 ) -> dict[str, tuple[int, ...]]:
-    """Concrete shape of every user-fed graph input, or a ModelError naming what is unbound."""
+    """Concrete shape of every user-fed graph input, or a ModelError naming what is unbound.
+    A dimension the model names (``past_sequence_length``) takes the size it has in an
+    input given a shape: a decoder's 64 caches follow the one given."""
     given = {k: tuple(v) for k, v in (input_shapes or {}).items()}
     inputs = [i for i in graph.input if i.name not in weights]
     names = [i.name for i in inputs]
@@ -95,6 +97,12 @@ def bind_inputs(
         if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
                    for d in shape):
             raise ModelError(f"input shape for '{name}' must be non-negative integers, got {shape}")
+    size_of: dict[str, int] = {}  # named dimension -> its size in the first input given it
+    for vi in inputs:
+        if vi.name in given and vi.type.tensor_type.HasField("shape"):
+            for d, n in zip(vi.type.tensor_type.shape.dim, given[vi.name]):
+                if d.dim_param:
+                    size_of.setdefault(d.dim_param, int(n))
     bound: dict[str, tuple[int, ...]] = {}
     unbound: list[str] = []  # one message per unbound input
     for vi in inputs:
@@ -134,6 +142,8 @@ def bind_inputs(
                 shape.append(int(want[k]))
             elif fixed is not None:
                 shape.append(fixed)
+            elif d.dim_param in size_of:
+                shape.append(size_of[d.dim_param])
             else:
                 free.append((k, d.dim_param))
                 shape.append(None)
@@ -252,7 +262,7 @@ def infer(sk: onnx.ModelProto) -> dict[str, TensorType]:
 
 
 _NOT_REGISTERED = re.compile(r"(?:([\w.]+):)?(\w+)\((-?\d+)\) is not a registered function/op")
-_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\((\d+)\) node with name '([^']*)'")
+NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\((\d+)\) node with name '([^']*)'")
 
 
 def one_line(e: BaseException) -> str:
@@ -283,7 +293,7 @@ def _runtime_error(e: BaseException, model: onnx.ModelProto, names: list[str]) -
         return ModelError(f"unsupported opset: the model imports {opsets} (IR version "
                           f"{model.ir_version}), which onnxruntime {ort.__version__} does not "
                           "support")
-    m = _NO_KERNEL.search(text)
+    m = NO_KERNEL.search(text)
     if m:
         return ModelError(
             f"onnxruntime cannot run node '{m.group(3)}' ({m.group(1)}, opset {m.group(2)}): "

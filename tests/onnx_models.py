@@ -149,3 +149,96 @@ def decoder(path: Path, layers: int = 32, hidden: int = 16, seq: int = 8, vocab:
     nodes += [c, head]
     model = make(nodes, [vi("input_ids", [1, seq], TP.INT64)], [vi(logits, [1, seq, vocab])], inits)
     return save(model, path)
+
+
+def decoder_with_past(path: Path, layers: int = 4, hidden: int = 32, heads: int = 2, vocab: int = 64,
+                      seed: int = 0) -> Path:
+    """A decoder with a KV cache in Optimum's layout: inputs ``input_ids`` [batch,
+    sequence_length], ``attention_mask`` [batch, total_sequence_length] and each layer's
+    ``past_key_values.N.key/value`` [batch, heads, past_sequence_length, head_dim]; outputs
+    ``logits`` and ``present.N.key/value`` (the past with this call's keys appended).  Each
+    layer: causal multi-head attention over past and new keys (the mask's zeros left out),
+    then a ReLU MLP, each added back at 0.6 of a unit-variance layer's scale.  Plain ONNX
+    operators only.  Greedy decoding walks the vocabulary (the head, below) and the layers
+    steer it: 30 distinct tokens in 40 from prompt 3 7 11 5; with each step's cache thrown
+    away it turns to repeating two tokens by the fourth."""
+    dim = hidden // heads
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((vocab, hidden)).astype(np.float32), "embed")]
+    nodes: list = []
+
+    def w(name: str, shape, scale: float) -> str:
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def const(name: str, value, dtype=np.int64) -> str:
+        inits.append(numpy_helper.from_array(np.array(value, dtype), name))
+        return name
+
+    def n(kind: str, ins: list, out: str, **attrs) -> str:
+        nodes.append(helper.make_node(kind, ins, [out], name=out, **attrs))
+        return out
+
+    const("heads_shape", [0, 0, heads, dim])
+    const("merge_shape", [0, 0, hidden])
+    const("zero", 0)
+    const("one", 1)
+    const("two", [2])
+    const("axis0", [0])
+    const("axis1", [1])
+    const("neg", -1e9, np.float32)
+    const("nothing", 0.0, np.float32)
+    const("inv_sqrt", dim ** -0.5, np.float32)
+    x = n("Gather", ["embed", "input_ids"], "embedded")
+    # causal mask over [past + new] keys: key j is seen by new position i where j <= past + i
+    # and attention_mask[j] is 1 (shapes read from the first layer's past)
+    past_len = n("Gather", [n("Shape", ["past_key_values.0.key"], "past_shape"), "two"], "past_len1")
+    new_len = n("Gather", [n("Shape", ["input_ids"], "ids_shape"), "one"], "new_len")
+    past_s = n("Squeeze", [past_len], "past_len")
+    total = n("Add", [past_s, new_len], "total_len")
+    qpos = n("Range", [past_s, total, "one"], "qpos")
+    kpos = n("Range", ["zero", total, "one"], "kpos")
+    causal = n("LessOrEqual", [n("Unsqueeze", [kpos, "axis0"], "kpos_row"),
+                               n("Unsqueeze", [qpos, "axis1"], "qpos_col")], "causal")
+    keep = n("Cast", ["attention_mask"], "mask_bool", to=TP.BOOL)
+    keep = n("Unsqueeze", [keep, const("mask_axes", [1, 2])], "mask_b11t")
+    allowed = n("And", [n("Unsqueeze", [causal, "axis0"], "causal_1st"), keep], "allowed")
+    bias = n("Where", [allowed, "nothing", "neg"], "mask_bias")  # [batch, 1, new, total]
+    for i in range(layers):
+        p = f"layer{i}"
+        heads_of = {}
+        for proj in ("q", "k", "v"):
+            m = n("MatMul", [x, w(f"{p}.W{proj}", (hidden, hidden), hidden ** -0.5)], f"{p}/{proj}")
+            r = n("Reshape", [m, "heads_shape"], f"{p}/{proj}_heads")
+            heads_of[proj] = n("Transpose", [r], f"{p}/{proj}_bhsd", perm=[0, 2, 1, 3])
+        k = n("Concat", [f"past_key_values.{i}.key", heads_of["k"]], f"present.{i}.key", axis=2)
+        v = n("Concat", [f"past_key_values.{i}.value", heads_of["v"]], f"present.{i}.value", axis=2)
+        kt = n("Transpose", [k], f"{p}/k_t", perm=[0, 1, 3, 2])
+        s = n("Mul", [n("MatMul", [heads_of["q"], kt], f"{p}/qk"), "inv_sqrt"], f"{p}/scores")
+        pr = n("Softmax", [n("Add", [s, bias], f"{p}/masked")], f"{p}/probs", axis=-1)
+        a = n("Transpose", [n("MatMul", [pr, v], f"{p}/av")], f"{p}/av_bshd", perm=[0, 2, 1, 3])
+        a = n("MatMul", [n("Reshape", [a, "merge_shape"], f"{p}/merged"),
+                         w(f"{p}.Wo", (hidden, hidden), 0.6 * hidden ** -0.5)], f"{p}/o")
+        x = n("Add", [x, a], f"{p}/res1")
+        h = n("Relu", [n("MatMul", [x, w(f"{p}.W1", (hidden, 2 * hidden), hidden ** -0.5)], f"{p}/up")], f"{p}/act")
+        x = n("Add", [x, n("MatMul", [h, w(f"{p}.W2", (2 * hidden, hidden), 0.6 * (2 * hidden) ** -0.5)], f"{p}/down")],
+              f"{p}/res2")
+    # the head scores token j by the embedding of the token before it in one long cycle, so
+    # greedy decoding walks the vocabulary (what the layers add moves it) instead of
+    # settling on one token as random heads do
+    cycle = rng.permutation(vocab)
+    before = np.empty(vocab, np.int64)
+    before[cycle] = np.roll(cycle, 1)
+    embed = numpy_helper.to_array(inits[0])
+    inits.append(numpy_helper.from_array((embed[before].T * hidden ** -0.5).astype(np.float32), "lm_head"))
+    n("MatMul", [x, "lm_head"], "logits")
+    cache = ["batch", heads, "past_sequence_length", dim]
+    present = ["batch", heads, "total_sequence_length", dim]
+    inputs = [vi("input_ids", ["batch", "sequence_length"], TP.INT64),
+              vi("attention_mask", ["batch", "total_sequence_length"], TP.INT64)]
+    outputs = [vi("logits", ["batch", "sequence_length", vocab])]
+    for i in range(layers):
+        for kv in ("key", "value"):
+            inputs.append(vi(f"past_key_values.{i}.{kv}", cache))
+            outputs.append(vi(f"present.{i}.{kv}", present))
+    return save(make(nodes, inputs, outputs, inits), path)

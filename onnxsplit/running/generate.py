@@ -1,0 +1,265 @@
+"""Generation through a decoder-with-past: a prefill over the prompt, then greedy decoding
+one token a step, each step's caches fed back as the next step's past.
+
+The model is a decoder in the layouts people export (Optimum's, onnxruntime-genai's
+builder): inputs ``input_ids``, ``attention_mask`` (and ``position_ids`` where it takes
+them), each layer's ``past_key_values.N.key/value``; outputs ``logits`` and
+``present.N.key/value``.  A cache is paired by name (``past_key_values.X`` or ``past.X``
+with ``present.X``), and its sequence dimension is the one the model names for the past
+(``past_sequence_length``), else the second to last.
+
+The parts run as :class:`runner.Parts` runs them: each part's caches are its own inputs
+and outputs, so each stays with the part that made it between steps -- on the CPU's
+cores, as the arrays a part's session returned (a part on an accelerator would hand them
+through the host: not built).  The same loop over the original model, in onnxruntime's
+default session, is the baseline (:func:`whole_model_run`), and must give the same tokens.
+
+Write-up: docs/generate.md.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .. import ranges
+from ..errors import RunError
+
+PAST_PREFIXES = ("past_key_values.", "past.")
+# the parts' last-position logits may differ from the whole model's by this much, relative
+# to the largest (float32 summed in another order: about 1e-6); tokens must be equal
+LOGIT_TOL = 1e-4
+PRESENT_PREFIX = "present."
+
+
+@dataclass
+class Generated:
+    """What one generation made and how long each phase took."""
+
+    prompt: list[int]
+    tokens: list[int] = field(default_factory=list)  # the new tokens, in order
+    prefill_s: float = 0.0
+    step_s: list[float] = field(default_factory=list)  # each decoding step after the prefill
+    logits: list[np.ndarray] = field(default_factory=list)  # each step's last-position logits
+
+    def rates(self) -> dict[str, float | None]:
+        """Prefill tokens/s (the prompt over its call), decode tokens/s (tokens after the
+        first over the steps that made them), and the time to the first token."""
+        decode = sum(self.step_s)
+        return {"prefill_tokens_per_s": len(self.prompt) / self.prefill_s if self.prefill_s else None,
+                "decode_tokens_per_s": len(self.step_s) / decode if decode else None,
+                "first_token_ms": 1e3 * self.prefill_s}
+
+
+class Decoder:
+    """The names a decoder-with-past is driven by, read from its inputs (the manifest's
+    ``model.inputs``: name, dtype, shape, dims) and output names."""
+
+    def __init__(self, inputs: Sequence[Mapping[str, Any]], outputs: Sequence[str]):
+        by_name = {s["name"]: s for s in inputs}
+        if "input_ids" not in by_name:
+            raise RunError("not a decoder: the model has no input 'input_ids'")
+        self.logits = "logits" if "logits" in outputs else None
+        if self.logits is None:
+            raise RunError("not a decoder: the model has no output 'logits'")
+        self.ids_dtype = by_name["input_ids"].get("dtype", "int64")
+        self.mask = by_name.get("attention_mask")
+        self.positions = by_name.get("position_ids")
+        self.caches: dict[str, str] = {}  # past input -> present output
+        for name in by_name:
+            prefix = next((p for p in PAST_PREFIXES if name.startswith(p)), None)
+            if prefix is None:
+                continue
+            present = PRESENT_PREFIX + name[len(prefix):]
+            if present not in outputs:
+                raise RunError(f"cache input '{name}' has no output '{present}' to be fed from")
+            self.caches[name] = present
+        if not self.caches:
+            raise RunError("not a decoder with past: no input 'past_key_values.N.key' (or 'past.N.key')")
+        known = {"input_ids", "attention_mask", "position_ids", *self.caches}
+        other = [n for n in by_name if n not in known]
+        if other:
+            raise RunError(f"the decoder takes input '{other[0]}', which generation does not know how to feed")
+        self.specs = by_name
+
+    def seq_axis(self, name: str) -> int:
+        """The cache's sequence dimension: the one the model names for the past, else -2."""
+        dims = self.specs[name].get("dims") or []
+        named = [k for k, d in enumerate(dims) if isinstance(d, str) and "past" in d]
+        return named[0] if named else len(self.specs[name]["shape"]) - 2
+
+    def empty_past(self) -> dict[str, np.ndarray]:
+        """Each cache with no positions yet (its other dims as the planned shape has them)."""
+        out = {}
+        for name in self.caches:
+            shape = list(self.specs[name]["shape"])
+            shape[self.seq_axis(name)] = 0
+            out[name] = np.zeros(shape, dtype=self.specs[name].get("dtype", "float32"))
+        return out
+
+    def feeds(self, ids: Sequence[int], past: Mapping[str, np.ndarray], seen: int) -> dict[str, np.ndarray]:
+        """One call's inputs: ``ids`` after ``seen`` tokens whose keys ``past`` holds."""
+        f: dict[str, np.ndarray] = {"input_ids": np.array([list(ids)], dtype=self.ids_dtype)}
+        total = seen + len(ids)
+        if self.mask is not None:
+            f["attention_mask"] = np.ones((1, total), dtype=self.mask.get("dtype", "int64"))
+        if self.positions is not None:
+            f["position_ids"] = np.arange(seen, total, dtype=self.positions.get("dtype", "int64"))[None, :]
+        f.update(past)
+        return f
+
+    def shapes(self, n_ids: int, seen: int) -> dict[str, tuple[int, ...]]:
+        """The input shapes of a call of ``n_ids`` tokens after ``seen``."""
+        out = {"input_ids": (1, n_ids)}
+        if self.mask is not None:
+            out["attention_mask"] = (1, seen + n_ids)
+        if self.positions is not None:
+            out["position_ids"] = (1, n_ids)
+        for name in self.caches:
+            shape = list(self.specs[name]["shape"])
+            shape[self.seq_axis(name)] = seen
+            out[name] = tuple(shape)
+        return out
+
+
+def check_lengths(decoder: Decoder, shape_range: Mapping[str, Any] | None, prompt_len: int,
+                  new_tokens: int) -> None:
+    """Refuse, before any call, a prompt or a generation the parts were not made for: the
+    prefill's shapes and the last step's must lie in the parts' range (a folder made for
+    one shape takes only that shape)."""
+    if not shape_range:
+        return
+    r = {k: [tuple(span) for span in v] for k, v in shape_range.items()}
+    calls = [("the prefill", decoder.shapes(prompt_len, 0))]
+    if new_tokens > 1:
+        calls.append((f"step {new_tokens - 1} of decoding",
+                      decoder.shapes(1, prompt_len + new_tokens - 2)))
+    for what, shapes in calls:
+        why = ranges.outside(r, {k: v for k, v in shapes.items() if k in r})
+        if why:
+            raise RunError(f"a prompt of {prompt_len} tokens and {new_tokens} new: {what} is outside the "
+                           f"range the parts were made for:{why}")
+
+
+def generate(run, decoder: Decoder, prompt: Sequence[int], max_new_tokens: int,
+             eos: int | None = None, keep_logits: bool = False) -> Generated:
+    """Greedy generation: ``run(feeds) -> outputs by name`` (a :class:`runner.Parts`'s
+    ``run``, or a session's), the prompt prefilled in one call, then one call a token."""
+    if not prompt:
+        raise RunError("the prompt is empty: give at least one token id")
+    if max_new_tokens < 1:
+        raise RunError("--max-new-tokens must be at least 1")
+    out = Generated(list(prompt))
+    past = decoder.empty_past()
+    ids: list[int] = list(prompt)
+    seen = 0
+    while len(out.tokens) < max_new_tokens:
+        t = time.perf_counter()
+        got = run(decoder.feeds(ids, past, seen))
+        took = time.perf_counter() - t
+        if seen == 0:
+            out.prefill_s = took
+        else:
+            out.step_s.append(took)
+        last = np.asarray(got[decoder.logits])[0, -1]
+        if not np.all(np.isfinite(last)):
+            raise RunError(f"the logits after {len(out.tokens)} new token(s) are not finite")
+        if keep_logits:
+            out.logits.append(last.copy())
+        token = int(np.argmax(last))
+        out.tokens.append(token)
+        seen += len(ids)
+        past = {name: got[present] for name, present in decoder.caches.items()}
+        ids = [token]
+        if eos is not None and token == eos:
+            break
+    return out
+
+
+def timed(run, decoder: Decoder, prompt: Sequence[int], max_new_tokens: int,
+          eos: int | None = None, keep_logits: bool = False) -> Generated:
+    """:func:`generate` after one untimed call of the prompt (sessions allocate their
+    buffers on their first call)."""
+    generate(run, decoder, prompt, 1)
+    return generate(run, decoder, prompt, max_new_tokens, eos, keep_logits)
+
+
+def genai_peer(model_path, prompt: Sequence[int], max_new_tokens: int) -> Generated | str:
+    """onnxruntime-genai running the original model (the peer a user would pick), where
+    it is installed and the model's folder has its ``genai_config.json``; else why not."""
+    from pathlib import Path
+
+    folder = Path(model_path).parent
+    if not (folder / "genai_config.json").is_file():
+        return "the model's folder has no genai_config.json"
+    try:
+        import onnxruntime_genai as og
+    except ImportError:
+        return "onnxruntime-genai is not installed"
+    model = og.Model(str(folder))
+
+    def once(n: int) -> Generated:
+        params = og.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=len(prompt) + n, min_length=len(prompt) + n)
+        gen = og.Generator(model, params)
+        out = Generated(list(prompt))
+        t = time.perf_counter()
+        gen.append_tokens([list(prompt)])  # (the prefill)
+        gen.generate_next_token()  # (for APIs where the prefill runs on the first token)
+        out.prefill_s = time.perf_counter() - t
+        out.tokens.append(int(gen.get_next_tokens()[0]))
+        while len(out.tokens) < n and not gen.is_done():
+            t = time.perf_counter()
+            gen.generate_next_token()
+            out.step_s.append(time.perf_counter() - t)
+            out.tokens.append(int(gen.get_next_tokens()[0]))
+        return out
+
+    once(1)
+    return once(max_new_tokens)
+
+
+def run_generation(parts_dir, prompt: Sequence[int], max_new_tokens: int, *, eos: int | None = None,
+                   baseline: bool = True, fallback_cpu: bool = False) -> dict[str, Any]:
+    """``onnxsplit generate``: the parts generate from ``prompt``; beside them, the same
+    loop over the original model in onnxruntime's default session (``baseline``), whose
+    tokens the parts' must equal (``check``), and onnxruntime-genai where it can run it."""
+    from .runner import Parts
+
+    parts = Parts(parts_dir, fallback_cpu=fallback_cpu)
+    model = parts.manifest["model"]
+    decoder = Decoder(model["inputs"], [o["name"] for o in model["outputs"]])
+    check_lengths(decoder, model.get("shape_range"), len(prompt), max_new_tokens)
+    got = timed(parts.run, decoder, prompt, max_new_tokens, eos, keep_logits=baseline)
+    result: dict[str, Any] = {"parts_dir": str(parts_dir), "prompt": list(prompt), "tokens": got.tokens,
+                              "parts": len(parts.parts), "devices": parts.devices,
+                              "rates": {"onnxsplit": got.rates()}}
+    if baseline:
+        whole = timed(whole_model_run(model["path"]), decoder, prompt, max_new_tokens, eos, keep_logits=True)
+        result["rates"]["onnxruntime"] = whole.rates()
+        same = next((k for k, (a, b) in enumerate(zip(got.tokens, whole.tokens)) if a != b), None)
+        if same is None and len(got.tokens) != len(whole.tokens):
+            same = min(len(got.tokens), len(whole.tokens))
+        worst = max(float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-12))
+                    for a, b in zip(got.logits, whole.logits))
+        result["check"] = {"ok": same is None and worst <= LOGIT_TOL, "first_difference": same,
+                           "max_rel_logit_error": worst, "tolerance": LOGIT_TOL}
+        peer = genai_peer(model["path"], prompt, max_new_tokens)
+        if isinstance(peer, Generated):
+            result["rates"]["onnxruntime_genai"] = peer.rates()
+            result["genai_tokens_equal"] = peer.tokens == whole.tokens
+        else:
+            result["genai"] = peer
+    return result
+
+
+def whole_model_run(model_path):
+    """``run(feeds)`` over the original model in onnxruntime's default session on the CPU."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return lambda feeds: dict(zip(names, sess.run(None, feeds)))

@@ -1,0 +1,151 @@
+"""Generation through a decoder's parts (onnxsplit/running/generate.py, `onnxsplit generate`).
+
+The model: tests/onnx_models.decoder_with_past (Optimum's layout, plain operators), split by
+layers over two CPU devices for a range of shapes (a prefill of up to 16 tokens, up to 80 in
+all).  The reference is this file's own loop over the original model in onnxruntime."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from onnx_models import decoder_with_past
+from onnxsplit.cli import main
+from onnxsplit.export import export
+from onnxsplit.graph import OpGraph
+from onnxsplit.running import generate as gen
+
+LAYERS, HEADS, DIM = 4, 2, 16
+PLANNED = {"input_ids": (1, 1), "attention_mask": (1, 33), **{
+    f"past_key_values.{i}.{kv}": (1, HEADS, 32, DIM) for i in range(LAYERS) for kv in ("key", "value")}}
+RANGE = {"input_ids": [(1, 1), (1, 16)], "attention_mask": [(1, 1), (1, 80)],
+         "past_key_values.0.key": [(1, 1), (HEADS, HEADS), (0, 64), (DIM, DIM)]}
+PROMPT = [3, 7, 11, 5]
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    """The decoder and its parts: layers 0-1 (and the mask's computation) on cpu0, the
+    rest on cpu1."""
+    tmp = tmp_path_factory.mktemp("generate")
+    model = decoder_with_past(tmp / "decoder.onnx", layers=LAYERS, hidden=HEADS * DIM, heads=HEADS)
+    g = OpGraph.from_onnx(model, PLANNED)
+    second = [n.name for n in g.nodes if n.name.startswith(("layer2", "layer3", "present.2", "present.3"))
+              or n.name == "logits"]
+    place = {n.name: "cpu1" if n.name in second else "cpu0" for n in g.nodes}
+    cpu = "CPUExecutionProvider"
+    out = export(g, place, tmp / "parts", providers={"cpu0": cpu, "cpu1": cpu}, threads={"cpu0": 1, "cpu1": 1},
+                 plan={"objective": "latency"}, shape_range=RANGE).out
+    return model, out
+
+
+def reference(model, prompt, n):
+    """Greedy decoding of the original model with its caches, written out here."""
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    past = {f"past_key_values.{i}.{kv}": np.zeros((1, HEADS, 0, DIM), np.float32)
+            for i in range(LAYERS) for kv in ("key", "value")}
+    ids, tokens = list(prompt), []
+    seen = 0
+    while len(tokens) < n:
+        got = dict(zip(names, sess.run(None, {"input_ids": np.array([ids], np.int64),
+                                              "attention_mask": np.ones((1, seen + len(ids)), np.int64),
+                                              **past})))
+        seen += len(ids)
+        tokens.append(int(got["logits"][0, -1].argmax()))
+        ids = tokens[-1:]
+        past = {k: got[k.replace("past_key_values", "present")] for k in past}
+    return tokens
+
+
+def test_the_parts_generate_what_the_model_does(split, capsys):
+    model, parts = split
+    want = reference(model, PROMPT, 40)
+    assert len(set(want)) >= 20  # (a decoder whose tokens depend on its context, not one token)
+    assert main(["generate", str(parts), "--prompt", ",".join(map(str, PROMPT)), "--max-new-tokens", "40",
+                 "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["tokens"] == want
+    assert r["check"]["ok"] and r["check"]["max_rel_logit_error"] <= gen.LOGIT_TOL
+    for who in ("onnxsplit", "onnxruntime"):
+        rates = r["rates"][who]
+        assert rates["prefill_tokens_per_s"] > 0 and rates["decode_tokens_per_s"] > 0
+    # each part feeds itself the caches of its own layers: a part's past inputs are exactly
+    # the presents it makes (nothing of a cache crosses between parts)
+    manifest = json.loads((parts / "manifest.json").read_text())
+    for p in manifest["parts"]:
+        pasts = {t["name"].replace("past_key_values", "present") for t in p["inputs"]
+                 if t["name"].startswith("past_key_values") and t["name"].endswith((".value",))}
+        presents = {t["name"] for t in p["outputs"] if t["name"].startswith("present") and
+                    t["name"].endswith(".value")}
+        assert pasts == presents and presents
+    # the table: the same tokens, and both rows of figures
+    assert main(["generate", str(parts), "--prompt", "1,2", "--max-new-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    assert f"generated 8 token(s): {' '.join(map(str, reference(model, [1, 2], 8)))}" in out
+    assert "check: the same tokens as the original model" in out
+    assert "onnxsplit's parts" in out and "onnxruntime, the whole model" in out
+
+
+def test_a_generation_the_parts_were_not_made_for_is_one_line(split, capsys):
+    model, parts = split
+    cases = [(["--prompt", ",".join(["1"] * 17)], "the prefill is outside the range the parts were made for: "
+                                                   "input 'input_ids': shape [1, 17]"),
+             (["--prompt", "1,2", "--max-new-tokens", "80"], "step 79 of decoding is outside the range"),
+             (["--prompt", "1,x"], "--prompt takes token ids separated by commas, not '1,x'"),
+             (["--prompt", "1,-2"], "--prompt: token ids are not negative"),
+             (["--prompt", "1,640"], "part part0_cpu0 on cpu0 failed: ")]
+    for args, message in cases:
+        assert main(["generate", str(parts), *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("onnxsplit: error: ") and message in err and err.count("\n") == 1, err
+
+
+def test_parts_that_generate_otherwise_fail_the_check(split, tmp_path, capsys):
+    """One weight of the parts' shared file scaled by 1.5 (the original untouched): the
+    tokens or the logits part from the model's, and the command exits 1 saying so."""
+    import shutil
+
+    model, parts = split
+    bad = tmp_path / "parts"
+    shutil.copytree(parts, bad)
+    data = np.fromfile(bad / "weights.bin", dtype=np.float32)
+    data[len(data) // 2: len(data) // 2 + 64] *= 1.5
+    data.tofile(bad / "weights.bin")
+    assert main(["generate", str(bad), "--prompt", "3,7,11,5", "--max-new-tokens", "6"]) == 1
+    captured = capsys.readouterr()
+    assert "onnxsplit: check failed: the parts do not generate as the original model does" in captured.err
+    assert "NOT the same tokens" in captured.out or "logits off by" in captured.err
+
+
+def test_a_model_that_is_not_a_decoder_with_past_is_refused():
+    specs = [{"name": "input_ids", "shape": [1, 4], "dtype": "int64"}]
+    with pytest.raises(gen.RunError, match="no output 'logits'"):
+        gen.Decoder(specs, ["last_hidden_state"])
+    with pytest.raises(gen.RunError, match="no input 'past_key_values.N.key'"):
+        gen.Decoder(specs, ["logits"])
+    specs.append({"name": "past_key_values.0.key", "shape": [1, 2, 3, 4], "dims": ["batch", None, "past_len", None]})
+    with pytest.raises(gen.RunError, match="cache input 'past_key_values.0.key' has no output 'present.0.key'"):
+        gen.Decoder(specs, ["logits"])
+    d = gen.Decoder(specs, ["logits", "present.0.key"])
+    assert d.seq_axis("past_key_values.0.key") == 2 and d.empty_past()["past_key_values.0.key"].shape == (1, 2, 0, 4)
+    assert d.shapes(1, 9)["past_key_values.0.key"] == (1, 2, 9, 4)
+
+
+def test_one_cache_given_binds_every_cache_by_its_dimension_names(tmp_path):
+    """A decoder of 4 layers has 8 caches: the past's length given for one, the others take
+    it by the name the model gives that dimension; one never named stays an error."""
+    model = decoder_with_past(tmp_path / "d.onnx", layers=LAYERS, hidden=HEADS * DIM, heads=HEADS)
+    g = OpGraph.from_onnx(model, {"input_ids": (1, 1), "attention_mask": (1, 9),
+                                  "past_key_values.0.key": (1, HEADS, 8, DIM)})
+    assert {t: g.input_shapes[t] for t in g.input_shapes if t.startswith("past")} == {
+        f"past_key_values.{i}.{kv}": (1, HEADS, 8, DIM) for i in range(LAYERS) for kv in ("key", "value")}
+    from onnxsplit.errors import ModelError
+
+    # ('batch' follows the mask; the new tokens' and the past's lengths are named by no input given)
+    with pytest.raises(ModelError, match=r"input 'input_ids' has an unbound dimension 1 \('sequence_length'\): "
+                                         r"bind it with --input-shape input_ids=1xN \(also unbound: past_key_values.0.key"):
+        OpGraph.from_onnx(model, {"attention_mask": (1, 9)})
