@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 DESCRIPTION = """\
 Place a neural network's operators across devices (accelerators and CPU cores) to
@@ -475,16 +476,42 @@ def _print_split(result: dict, as_json: bool) -> int:
           + (" report.html" if result.get("report") else ""))
     at = ""
     if result.get("per_shape"):
-        last = result["per_shape"][-1]["shapes"]
+        last = _given_for_run(result["per_shape"][-1]["shapes"], Path(result["out"]))
         at = " " + " ".join(f"--shape {k}={dims_text(v)}" for k, v in last.items())
     print(f"next: onnxsplit run {result['out']}{at}   (measured beside onnxruntime's own sessions)")
     return 1 if bad else 0
 
 
-def _shapes_text(shapes: dict) -> str:
+def _given_for_run(shapes: dict, out: Path) -> dict:
+    """The shapes ``run --shape`` needs: an input whose shape follows by the model's
+    dimension names from those before it (a decoder's caches after the first) is left out."""
+    from . import ranges
+
+    try:
+        specs = json.loads((out / "manifest.json").read_text())["model"]["inputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return shapes
+    given: dict = {}
+    for k, v in shapes.items():
+        if ranges.follow_names(given, specs).get(k) != tuple(v):
+            given[k] = tuple(v)
+    return given
+
+
+def _shapes_text(shapes: dict, text=None) -> str:
+    """Inputs and their shapes (``text``: how a shape is written, dims_text by default),
+    inputs numbered alike with one shape written once: a decoder's 64 caches are
+    ``past_key_values.N.key=1x8x128x64 (32 inputs) past_key_values.N.value=...``."""
+    import re
+
     from .shapes import dims_text
 
-    return " ".join(f"{k}={dims_text(v)}" for k, v in shapes.items())
+    text = text or dims_text
+    groups: dict[tuple[str, str], list[str]] = {}
+    for k, v in shapes.items():
+        groups.setdefault((re.sub(r"\d+", "N", k), text(v)), []).append(k)
+    return " ".join(f"{names[0]}={dims}" if len(names) == 1 else f"{pattern}={dims} ({len(names)} inputs)"
+                    for (pattern, dims), names in groups.items())
 
 
 def _print_per_shape(result: dict) -> None:
@@ -495,7 +522,7 @@ def _print_per_shape(result: dict) -> None:
     if not rows:
         return
     r = result["model"].get("shape_range") or {}
-    print(f"shapes: {' '.join(f'{k}={ranges.text(v)}' for k, v in r.items())}, planned at "
+    print(f"shapes: {_shapes_text(r, ranges.text)}, planned at "
           f"{_shapes_text(next((x['shapes'] for x in rows if x['planned']), {}))}")
     print(f"  {'shape':<36} {'latency ms':>11} {'samples/s':>10}  verify")
     for x in rows:

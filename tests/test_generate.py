@@ -149,3 +149,22 @@ def test_one_cache_given_binds_every_cache_by_its_dimension_names(tmp_path):
     with pytest.raises(ModelError, match=r"input 'input_ids' has an unbound dimension 1 \('sequence_length'\): "
                                          r"bind it with --input-shape input_ids=1xN \(also unbound: past_key_values.0.key"):
         OpGraph.from_onnx(model, {"attention_mask": (1, 9)})
+
+
+def test_a_decoders_caches_are_written_once_and_run_is_told_only_what_it_needs(split):
+    """Printed shapes group inputs numbered alike with one shape (a 32-layer decoder's 64
+    caches were 64 entries on every line); the suggested `run --shape` leaves out an input
+    whose shape follows by dimension names from those before it."""
+    from onnxsplit.cli import _given_for_run, _shapes_text
+
+    _, parts = split
+    shapes = {k: (1, 2, 9, 16) for k in PLANNED if k.startswith("past")}
+    shapes = {"input_ids": (1, 1), "attention_mask": (1, 10), **shapes}
+    assert _shapes_text(shapes) == ("input_ids=1x1 attention_mask=1x10 past_key_values.N.key=1x2x9x16 (4 inputs) "
+                                    "past_key_values.N.value=1x2x9x16 (4 inputs)")
+    assert _shapes_text({"past_key_values.0.key": (1, 2, 9, 16), "past_key_values.1.key": (1, 2, 8, 16)}) == \
+        "past_key_values.0.key=1x2x9x16 past_key_values.1.key=1x2x8x16"
+    # (input_ids at 1x1 is the planned shape, which run takes where none is given)
+    assert _given_for_run(shapes, parts) == {"attention_mask": (1, 10), "past_key_values.0.key": (1, 2, 9, 16)}
+    odd = dict(shapes, **{"past_key_values.3.value": (1, 2, 5, 16)})  # (follows no name: kept)
+    assert "past_key_values.3.value" in _given_for_run(odd, parts)
