@@ -326,7 +326,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="a batch size sent as soon as it is reached; repeatable")
     bt.add_argument("--no-batching", action="store_true", help="run each request alone")
     sv.add_argument("--request-timeout-ms", type=_at_least(1), metavar="N",
-                    help="answer 504 to a request not answered within N ms (default: no limit)")
+                    help="answer 504 to a request not answered within N ms, its wait in the queue "
+                         "included (default: no limit)")
+    sv.add_argument("--max-ongoing", type=_at_least(1), metavar="N",
+                    help="requests the server works on at once (default 16; raised to fill the batches "
+                         "in flight where batching is on)")
+    sv.add_argument("--max-queued", type=_at_least(0), metavar="N",
+                    help="requests waiting beyond those (default 64); more are answered 503 at once")
 
     dv = sub.add_parser("devices", help="print this machine's cluster spec",
                         description="Print this machine's devices and links as a cluster spec "
@@ -943,7 +949,8 @@ def _serve(args) -> int:
                        fallback_cpu=args.fallback_cpu, ready_file=args.ready_file,
                        batching=not args.no_batching, max_batch_size=args.max_batch_size,
                        max_queue_delay_microseconds=args.max_queue_delay_microseconds,
-                       preferred_batch_size=args.preferred_batch_size, request_timeout_ms=args.request_timeout_ms)
+                       preferred_batch_size=args.preferred_batch_size, request_timeout_ms=args.request_timeout_ms,
+                       max_ongoing=args.max_ongoing, max_queued=args.max_queued)
 
 
 def _devices(args) -> int:

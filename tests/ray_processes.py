@@ -52,6 +52,41 @@ def gone(driver: int | None = None, since: set[int] = frozenset(), within: float
     return True
 
 
+def descendants(root: int) -> dict[int, str]:
+    """The processes under ``root`` (pid -> its command line, as Ray's workers retitle
+    theirs: ``ray::ServeReplica:APP:DEPLOYMENT``, ``ray::ProxyActor``, ...)."""
+    parent: dict[int, int] = {}
+    title: dict[int, str] = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            ppid = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "0")
+            parent[int(pid)], title[int(pid)] = int(ppid), " ".join(cmd.decode(errors="replace").split("\0")).strip()
+    out: dict[int, str] = {}
+    for pid in parent:
+        p = parent[pid]
+        while p and p != root and p in parent:
+            p = parent[p]
+        if p == root and pid != root:
+            out[pid] = title[pid]
+    return out
+
+
+def rss_mib(pid: int) -> float | None:
+    """A process's resident memory (VmRSS) in MiB; None where it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def serve_in_background(parts_dir, ready_file, *args: str, name: str = "mlp", wait_s: float = 120.0):
     """``onnxsplit serve PARTS`` started as a user's terminal would (Ctrl-C reaches it),
     waited for until it answers: (the process, its host:port).  A server not up within
@@ -81,6 +116,23 @@ def serve_in_background(parts_dir, ready_file, *args: str, name: str = "mlp", wa
             _, err = proc.communicate()
         pytest.fail(f"not serving within {wait_s:g} s: {err.decode()[-2000:]}")
     return proc, f"127.0.0.1:{port}"
+
+
+def stop_server(proc, wait_s: float = 20.0) -> str:
+    """Ctrl-C a server from :func:`serve_in_background`, as a user stops it (killed where
+    it has not ended within ``wait_s``): what went wrong, '' where it exited 130 and left
+    no Ray process."""
+    import subprocess
+
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.returncode != 130:
+        return f"the server exited {proc.returncode}, not 130"
+    return "" if gone(proc.pid) else "a Ray process the server started is still running"
 
 
 def ask_concurrently(url: str, session, shape_of, clients: int, requests: int, *, rtol: float, atol: float,

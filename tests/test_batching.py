@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import subprocess
 import time
 
 import numpy as np
@@ -375,7 +373,8 @@ def infer_body(x: np.ndarray) -> bytes:
                                    "data": x.ravel().tolist()}]}).encode()
 
 
-def gateway(parts: FakeParts, batching=True, timeout_s=None):
+def gateway(parts: FakeParts, batching=True, timeout_s=None, **limits):
+    """A gateway over ``parts`` (``limits``: max_ongoing, max_queued)."""
     from onnxsplit.running.serve import Gateway
 
     m = {"inputs": [{"name": "x", "dtype": "float32", "shape": [2, 4], "dims": ["batch", None]}],
@@ -384,7 +383,7 @@ def gateway(parts: FakeParts, batching=True, timeout_s=None):
          "shape_range": {"x": [[1, 8], [4, 4]]}}
     opts, why = options(m, enabled=batching, max_queue_delay_microseconds=20_000 if batching else None)
     return Gateway("m", {"model": m}, [[]], [0], FakeHandle(parts), batching=opts, why=why, timeout_s=timeout_s,
-                   in_flight=2)
+                   in_flight=2, **limits)
 
 
 @pytest.mark.parametrize("batching", [True, False])
@@ -438,7 +437,7 @@ def test_serve_batches_concurrent_clients_and_each_gets_the_models_answer(tmp_pa
     import onnx
     import onnxruntime as ort
     from onnx_models import mlp
-    from ray_processes import ask_concurrently, gone, serve_in_background
+    from ray_processes import ask_concurrently, serve_in_background, stop_server
 
     from onnxsplit.export import export
     from onnxsplit.graph import OpGraph
@@ -473,10 +472,5 @@ def test_serve_batches_concurrent_clients_and_each_gets_the_models_answer(tmp_pa
         assert max(b["batch_size"] for b in stats["batch_stats"]) <= 8
         assert stats["execution_count"] < 96
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    assert proc.returncode == 130
-    assert gone(proc.pid), "a Ray process the server started is still running"
+        stopped = stop_server(proc)
+    assert not stopped, stopped

@@ -4,8 +4,6 @@ decoder), and the server under a bounded load test of concurrent clients on loca
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import urllib.error
 import urllib.request
 
@@ -13,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ray_processes import ask_concurrently, gone, serve_in_background
+from ray_processes import ask_concurrently, serve_in_background, stop_server
 from onnxsplit.running.kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -151,10 +149,5 @@ def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):
         np.testing.assert_allclose(np.array(answer["outputs"][0]["data"]).reshape(answer["outputs"][0]["shape"]),
                                    session.run(None, {x_name: x})[0], atol=1e-5)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    assert proc.returncode == 130
-    assert gone(proc.pid), "a Ray process the server started is still running"
+        stopped = stop_server(proc)
+    assert not stopped, stopped

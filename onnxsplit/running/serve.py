@@ -4,9 +4,11 @@ such as ``tritonclient.http`` work unchanged.
 
 One deployment per part (resources as :func:`onnxsplit.running.ray_engine.actor_plans` gives
 them) and a gateway that answers the protocol's routes and composes the parts through
-their handles.  The gateway holds ``max_ongoing`` requests and queues ``max_queued``;
-beyond that Serve answers 503 (back-pressure).  A bad request gets a 400 with one line, a
-failing part a 500 naming it, a request past ``--request-timeout-ms`` a 504.  A request
+their handles.  The gateway works on ``max_ongoing`` requests and queues ``max_queued``;
+beyond that it answers 503 at once, with the protocol's JSON error body (Serve's own
+back-pressure answers in plain text, which tritonclient cannot read: its limits are set
+above the gateway's, a backstop).  A bad request gets a 400 with one line, a failing part
+a 500 naming it, a request past ``--request-timeout-ms`` (queued time included) a 504.  A request
 takes the parts' shape, or any shape of their range (``model.shape_range``).
 
 Where the range lets dimension 0 vary (the batch dimension), the gateway batches
@@ -35,6 +37,9 @@ from .runner import RunError, read_manifest, session_spec
 
 MAX_ONGOING = 16  # requests the gateway works on at once
 MAX_QUEUED = 64  # requests waiting beyond those; more are answered 503
+# requests the gateway's replica takes beyond those it holds, only to answer them 503 (at
+# once); Serve queues as many more at its proxy before it answers 503 itself, in plain text
+REFUSING = 64
 # Ray Serve kills its HTTP proxy when it is not ready within 5 s (healthy within 10 s),
 # and serve.start then fails at once: on a busy machine the proxy takes longer to start
 # (2 cores kept busy by other processes: killed by `ray.kill` in 3 of 3 starts).  A Ray
@@ -49,10 +54,11 @@ class Gateway:
 
     def __init__(self, name: str, manifest: dict, deps: list[list[int]], final: list[int], *parts,
                  batching: Options | None = None, why: str = "", timeout_s: float | None = None,
-                 in_flight: int = 1):
+                 in_flight: int = 1, max_ongoing: int = MAX_ONGOING, max_queued: int = MAX_QUEUED):
         """``batching``: the batcher's options (None: each request runs alone, ``why``);
         ``timeout_s``: a request's longest stay in the gateway; ``in_flight``: batches
-        run at once."""
+        run at once; ``max_ongoing``, ``max_queued``: requests worked on at once, and
+        waiting for their turn (more are answered 503)."""
         self.name, self.parts, self.deps, self.final = name, parts, deps, final
         self.inputs = manifest["model"]["inputs"]
         self.outputs = manifest["model"]["outputs"]
@@ -64,6 +70,9 @@ class Gateway:
             self._infer, batching, [t["name"] for t in self.inputs], max_in_flight=in_flight, stats=self.stats)
         self.why = why
         self.served = 0
+        self.max_ongoing, self.max_queued = max_ongoing, max_queued
+        self.held = 0  # inference requests working or waiting for their turn
+        self._turns = None  # asyncio.Semaphore(max_ongoing), made in the replica's event loop
 
     def _batching(self) -> dict[str, Any]:
         """The batcher's settings for the stats route (or why there is none)."""
@@ -77,12 +86,16 @@ class Gateway:
             info["why_not"] = self.batcher.off
         return info
 
-    async def _answer(self, feeds: dict) -> dict:
-        """The request's outputs: through the batcher, or alone."""
+    def _late(self) -> Timeout:
+        return Timeout(f"no answer within the request timeout of {self.timeout_s * 1000:g} ms")
+
+    async def _answer(self, feeds: dict, left: float | None) -> dict:
+        """The request's outputs: through the batcher, or alone; :class:`Timeout` where
+        none came within ``left`` seconds."""
         import asyncio
 
         if self.batcher is not None:
-            return await self.batcher.submit(feeds, self.timeout_s)
+            return await self.batcher.submit(feeds, left)
 
         async def alone():
             begin = time.perf_counter_ns()
@@ -92,12 +105,12 @@ class Gateway:
             return out
 
         try:
-            return await asyncio.wait_for(alone(), self.timeout_s)
+            return await asyncio.wait_for(alone(), left)
         except asyncio.TimeoutError:
-            raise Timeout(f"no answer within the request timeout of {self.timeout_s * 1000:g} ms") from None
+            raise self._late() from None
 
     async def __call__(self, request):
-        from starlette.responses import JSONResponse, Response
+        from starlette.responses import JSONResponse
 
         path = request.url.path.rstrip("/")
         model = f"/v2/models/{self.name}"
@@ -113,18 +126,15 @@ class Gateway:
                 if path in ("/v2/models/stats", f"{model}/stats", f"{model}/versions/1/stats"):
                     return JSONResponse(self.stats.triton(self.name, self._batching()))
             elif request.method == "POST" and path in (f"{model}/infer", f"{model}/versions/1/infer"):
-                begin, ok = time.perf_counter_ns(), False
+                if self.held >= self.max_ongoing + self.max_queued:
+                    return JSONResponse({"error": f"the server is full ({self.max_ongoing} requests in "
+                                                  f"progress, {self.max_queued} waiting): try again later"},
+                                        503, headers={"Retry-After": "1"})
+                self.held += 1
                 try:
-                    body = await request.body()
-                    length = request.headers.get(HEADER_LENGTH)
-                    feeds, answer = decode_request(body, length, self.inputs, self.shape_range)
-                    outputs = await self._answer(feeds)
-                    data, headers = encode_response(self.name, outputs, answer, request_id(body, length))
-                    ok = True
+                    return await self._infer_request(request)
                 finally:
-                    self.stats.request(ok, time.perf_counter_ns() - begin)
-                self.served += 1
-                return Response(data, headers=headers)
+                    self.held -= 1
             if path.startswith("/v2/models/") and not path.startswith(model + "/") and path != model:
                 return JSONResponse({"error": f"unknown model (this server serves '{self.name}')"}, 404)
             return JSONResponse({"error": f"no route {request.method} {path}"}, 404)
@@ -134,6 +144,39 @@ class Gateway:
             return JSONResponse({"error": str(e)}, 504)
         except Exception as e:  # a part failed: its own error, one line
             return JSONResponse({"error": _one_line(e)}, 500)
+
+    async def _infer_request(self, request):
+        """An inference request held by the gateway: its turn (at most ``timeout_s`` of
+        waiting), then its answer (within what is left of ``timeout_s``)."""
+        import asyncio
+
+        from starlette.responses import Response
+
+        if self._turns is None:
+            self._turns = asyncio.Semaphore(self.max_ongoing)
+        begin = time.perf_counter_ns()
+        try:
+            await asyncio.wait_for(self._turns.acquire(), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise self._late() from None
+        ok = False
+        try:
+            body = await request.body()
+            length = request.headers.get(HEADER_LENGTH)
+            feeds, answer = decode_request(body, length, self.inputs, self.shape_range)
+            left = None if self.timeout_s is None else \
+                max(0.0, self.timeout_s - (time.perf_counter_ns() - begin) / 1e9)
+            try:
+                outputs = await self._answer(feeds, left)
+            except Timeout:
+                raise self._late() from None
+            data, headers = encode_response(self.name, outputs, answer, request_id(body, length))
+            ok = True
+        finally:
+            self._turns.release()
+            self.stats.request(ok, time.perf_counter_ns() - begin)
+        self.served += 1
+        return Response(data, headers=headers)
 
     async def _infer(self, feeds: dict) -> dict:
         responses: list[Any] = []
@@ -191,18 +234,21 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
     in_flight = sum(max(1, int(p.get("replicas") or 1)) for p in specs) + 1
     if batched is not None:
         max_ongoing = max(max_ongoing, (in_flight + 1) * batched.max_batch_size)
-    gateway = serve.deployment(Gateway, name="gateway", max_ongoing_requests=max_ongoing,
-                               max_queued_requests=max_queued, ray_actor_options={"num_cpus": 0})
+    # the gateway itself holds what it takes and answers 503 beyond (Serve's own limits are
+    # a backstop above its own: Serve's 503 is plain text)
+    gateway = serve.deployment(Gateway, name="gateway", max_ongoing_requests=max_ongoing + max_queued + REFUSING,
+                               max_queued_requests=REFUSING, ray_actor_options={"num_cpus": 0})
     timeout_s = request_timeout_ms / 1000 if request_timeout_ms else None
     return gateway.bind(name, manifest, deps, final, *bound, batching=batched, why=why, timeout_s=timeout_s,
-                        in_flight=in_flight), name
+                        in_flight=in_flight, max_ongoing=max_ongoing, max_queued=max_queued), name
 
 
 def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0.1", name: str | None = None,
                 address: str | None = None, fallback_cpu: bool = False, quiet: bool = False,
                 ready_file: str | Path | None = None, batching: bool = True, max_batch_size: int | None = None,
                 max_queue_delay_microseconds: int | None = None, preferred_batch_size=(),
-                request_timeout_ms: int | None = None) -> int:
+                request_timeout_ms: int | None = None, max_ongoing: int | None = None,
+                max_queued: int | None = None) -> int:
     """Serve until interrupted (Ctrl-C); a Ray this started is shut down at the end.
     ``ready_file``: written (with the URL) once the endpoint answers.  ``batching`` and
     the batcher's options: :func:`onnxsplit.running.batching.options` (checked before Ray
@@ -229,7 +275,9 @@ def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0
         serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "ERROR"},
                     controller_options={"runtime_env": {"env_vars": proxy_env}} if proxy_env else None)
         app, name = application(parts_dir, name, fallback_cpu=fallback_cpu, ship=address is not None,
-                                request_timeout_ms=request_timeout_ms, **batch)
+                                request_timeout_ms=request_timeout_ms,
+                                max_ongoing=MAX_ONGOING if max_ongoing is None else max_ongoing,
+                                max_queued=MAX_QUEUED if max_queued is None else max_queued, **batch)
         serve.run(app, name=name, route_prefix="/", blocking=False)
         url = f"http://{host}:{port}/v2/models/{name}"
         if not quiet:
