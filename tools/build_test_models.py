@@ -12,6 +12,19 @@ dynamo=True)`` with dynamic batch and sequence axes, weights in a ``.data`` file
 ``small_bert`` (3.6 MB, inline) is the demo model shipped in models/;
 ``gpt2_large`` (36 layers, 3.1 GB) and ``llama_32`` (a Llama-style decoder: 32 layers,
 2.37 GB) are not built by default: models over protobuf's 2 GB limit, LLM-sized.
+
+``<llama size>_genai`` (``llama_tiny_genai``, ``llama_8_genai``, ``llama_32_genai``) is the
+same decoder as people export it for generation: a Hugging Face folder with random weights
+(scaled so that greedy decoding does not repeat one token) and a trivial tokenizer, made
+into ``OUT/<kind>/model.onnx`` (+ ``model.onnx.data``, ``genai_config.json``) by
+onnxruntime-genai's model builder (fp32, CPU): GroupQueryAttention and
+SkipSimplifiedLayerNormalization (com.microsoft), SimplifiedLayerNormalization (default
+domain), the KV cache as ``past_key_values.N.key/value`` in and ``present.N.*`` out.  Needs
+``pip install onnxruntime-genai onnx-ir transformers tokenizers torch==2.13.0``.  Each is
+checked after the build: prefill and greedy decoding in plain onnxruntime give
+transformers' tokens (and onnxruntime-genai's).  The test decoder (0.5 MB) is rebuilt with
+
+    python tools/build_test_models.py tests/data --models llama_tiny_genai
 """
 
 from __future__ import annotations
@@ -49,15 +62,111 @@ def _text_model(kind: str):
         cfg = tf.GPT2Config(n_embd=1280, n_layer=36, n_head=20, use_cache=False)  # 774M: 3.1 GB
         return tf.GPT2Model(cfg), cfg.vocab_size
     if kind.startswith("llama"):  # a modern decoder: RMSNorm, rotary positions, SwiGLU, GQA
-        size = {"llama_tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=256),
-                # 32 layers, 592M parameters: 2.37 GB of fp32 weights
-                "llama_32": dict(hidden_size=1280, intermediate_size=3456, num_hidden_layers=32,
-                                 num_attention_heads=20, num_key_value_heads=4,
-                                 vocab_size=32000)}[kind]
-        cfg = tf.LlamaConfig(**size, max_position_embeddings=2048, use_cache=False)
+        cfg = tf.LlamaConfig(**LLAMA_SIZES[kind], max_position_embeddings=2048, use_cache=False)
         return tf.LlamaModel(cfg), cfg.vocab_size
     raise ValueError(kind)
+
+
+LLAMA_SIZES = {
+    "llama_tiny": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, vocab_size=256),
+    # the decoder of issue 45's report: 8 layers, a cache of 4 heads of 32
+    "llama_8": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=8,
+                    num_attention_heads=8, num_key_value_heads=4, vocab_size=2048),
+    # 32 layers, 592M parameters: 2.37 GB of fp32 weights
+    "llama_32": dict(hidden_size=1280, intermediate_size=3456, num_hidden_layers=32,
+                     num_attention_heads=20, num_key_value_heads=4, vocab_size=32000),
+}
+GENAI_SUFFIX = "_genai"
+# weights drawn this wide make logits that differ by more than float noise, so greedy
+# decoding of the tiny decoder moves on (at transformers' 0.02 its top two logits were
+# closer and the tokens fragile); the smallest gap between them is printed by the check
+GENAI_INIT_RANGE = 0.2
+PROMPT = [5, 17, 33, 99, 140, 7, 200, 64]  # token ids the check decodes after
+
+
+def export_genai(kind: str, out: Path) -> Path:
+    """A random-weight Llama as onnxruntime-genai's builder writes it: OUT/<kind>/model.onnx."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import torch
+    import transformers as tf
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    size = LLAMA_SIZES[kind[:-len(GENAI_SUFFIX)]]
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(**size, max_position_embeddings=512, initializer_range=GENAI_INIT_RANGE,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+    model = tf.LlamaForCausalLM(cfg).eval()
+    dest = out / kind
+    with tempfile.TemporaryDirectory() as tmp:
+        hf = Path(tmp) / "hf"
+        model.save_pretrained(hf)
+        # a word-level vocabulary t0..tN: the builder copies a tokenizer beside the model
+        tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(cfg.vocab_size)}, unk_token="t0"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tf.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="t1", eos_token="t2",
+                                   pad_token="t0", unk_token="t0").save_pretrained(hf)
+        shutil.rmtree(dest, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
+                        "-o", str(dest), "-p", "fp32", "-e", "cpu", "-c", str(Path(tmp) / "cache")],
+                       check=True, stdout=subprocess.DEVNULL)
+    with torch.no_grad():
+        want = model.generate(torch.tensor([PROMPT]), max_new_tokens=24, do_sample=False,
+                              pad_token_id=0)[0, len(PROMPT):].tolist()
+    check_decoder(dest, want)
+    return dest / "model.onnx"
+
+
+def check_decoder(folder: Path, want: list[int]) -> None:
+    """Prefill and greedy decoding of PROMPT in plain onnxruntime (one InferenceSession, the
+    cache fed back), against transformers' tokens ``want`` and onnxruntime-genai's."""
+    import json
+
+    import numpy as np
+    import onnxruntime as ort
+
+    dec = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
+    sess = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    caches = [i.name for i in sess.get_inputs() if i.name.startswith("past_key_values.")]
+    state = {c.replace("past_key_values.", "present."):
+             np.zeros((1, dec["num_key_value_heads"], 0, dec["head_size"]), np.float32)
+             for c in caches}
+    got, gaps, ids = [], [], PROMPT
+    for _ in want:
+        past = state["present.0.key"].shape[2]
+        feed = {"input_ids": np.array([ids], np.int64),
+                "attention_mask": np.ones((1, past + len(ids)), np.int64)}
+        feed.update({c: state[c.replace("past_key_values.", "present.")] for c in caches})
+        state = dict(zip(names, sess.run(names, feed)))
+        logits = state["logits"][0, -1]
+        top2 = np.sort(logits)[-2:]
+        gaps.append(float(top2[1] - top2[0]))
+        got.append(int(logits.argmax()))
+        ids = got[-1:]
+    print(f"{folder}: prefill of {len(PROMPT)} tokens and {len(got)} decode steps in "
+          f"onnxruntime: {len(set(got))} distinct tokens, smallest top-2 logit gap "
+          f"{min(gaps):.3g}; transformers' tokens: {'equal' if got == want else 'DIFFER'}",
+          flush=True)
+    try:
+        import onnxruntime_genai as og
+    except ImportError:
+        return
+    m = og.Model(str(folder))
+    params = og.GeneratorParams(m)
+    params.set_search_options(max_length=len(PROMPT) + len(want), do_sample=False)
+    gen = og.Generator(m, params)
+    gen.append_tokens(PROMPT)
+    theirs = []
+    while not gen.is_done():
+        gen.generate_next_token()
+        theirs.append(int(gen.get_next_tokens()[0]))
+    print(f"  onnxruntime-genai's tokens: {'equal' if theirs == got else 'DIFFER'}", flush=True)
+    if got != want or theirs != got:
+        raise SystemExit(f"{folder}: onnxruntime {got}, transformers {want}, genai {theirs}")
 
 
 def export_text(kind: str, out: Path, external: bool) -> Path:
@@ -104,6 +213,23 @@ SHAPES = {  # the input binding each model is imported with
     "vit": {"pixel_values": (1, 3, 224, 224)},
     "tiny_bert": {"input_ids": (1, 32), "attention_mask": (1, 32)},  # 64 positions at most
 }
+PAST = 16  # a genai decoder is imported at one decode step after this many tokens
+
+
+def model_path(out: Path, kind: str) -> Path:
+    return out / kind / "model.onnx" if kind.endswith(GENAI_SUFFIX) else out / f"{kind}.onnx"
+
+
+def shapes_of(kind: str) -> dict:
+    if not kind.endswith(GENAI_SUFFIX):
+        return SHAPES.get(kind, {"input_ids": (1, 128), "attention_mask": (1, 128)})
+    size = LLAMA_SIZES[kind[:-len(GENAI_SUFFIX)]]
+    kv = size["num_key_value_heads"]
+    cache = (1, kv, PAST, size["hidden_size"] // size["num_attention_heads"])
+    out = {"input_ids": (1, 1), "attention_mask": (1, PAST + 1)}
+    out.update({f"past_key_values.{i}.{w}": cache
+                for i in range(size["num_hidden_layers"]) for w in ("key", "value")})
+    return out
 
 
 def measured_sizes(path: Path, shapes: dict) -> dict[str, int]:
@@ -127,19 +253,19 @@ def measured_sizes(path: Path, shapes: dict) -> dict[str, int]:
     return {n: v.nbytes for n, v in zip(names, sess.run(names, feed))}
 
 
-def import_report(paths: list[Path], verify: bool = False) -> None:
+def import_report(out: Path, kinds: list[str], verify: bool = False) -> None:
     """Import each model with onnxsplit and print its size and the time it took."""
     import onnxruntime  # noqa: F401  (loaded once, outside the timings)
 
     from onnxsplit.graph import OpGraph
 
-    for path in paths:
-        shapes = SHAPES.get(path.stem, {"input_ids": (1, 128), "attention_mask": (1, 128)})
+    for kind in kinds:
+        path, shapes = model_path(out, kind), shapes_of(kind)
         t = time.perf_counter()
         g = OpGraph.from_onnx(path, shapes)
         dt = time.perf_counter() - t
         acts = [x for x in g.tensors.values() if x.kind == "activation"]
-        print(f"{path.name}: {len(g.nodes)} nodes, {len(g.edges)} edges, {len(acts)} "
+        print(f"{path.relative_to(out)}: {len(g.nodes)} nodes, {len(g.edges)} edges, {len(acts)} "
               f"activations ({sum(x.bytes for x in acts) / 1e6:.1f} MB), "
               f"{len(g.initializers)} weights ({g.weight_bytes / 1e6:.1f} MB), "
               f"sizes from {g.shapes_from}, imported in {dt:.2f} s", flush=True)
@@ -162,26 +288,34 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     kinds = args.models.split(",")
     if args.import_only:
-        import_report([args.out / f"{k}.onnx" for k in kinds], args.verify)
+        import_report(args.out, kinds, args.verify)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    genai = any(k.endswith(GENAI_SUFFIX) for k in kinds)
     try:
-        import onnxscript  # noqa: F401  (the dynamo exporter needs it)
         import torch  # noqa: F401
         import transformers  # noqa: F401
+        if genai:
+            import onnx_ir  # noqa: F401  (the builder needs it)
+            import onnxruntime_genai  # noqa: F401
+            import tokenizers  # noqa: F401
+        if not all(k.endswith(GENAI_SUFFIX) for k in kinds):
+            import onnxscript  # noqa: F401  (the dynamo exporter needs it)
     except ImportError as e:
-        print(f"cannot build models: {e}; pip install torch==2.13.0 onnxscript transformers",
-              file=sys.stderr)
+        print(f"cannot build models: {e}; pip install torch==2.13.0 onnxscript transformers"
+              + (" onnxruntime-genai onnx-ir tokenizers" if genai else ""), file=sys.stderr)
         return 2
     for kind in kinds:
         t = time.perf_counter()
         if kind == "vit":
             path = export_vit(args.out)
+        elif kind.endswith(GENAI_SUFFIX):
+            path = export_genai(kind, args.out)
         else:
             path = export_text(kind, args.out, external=kind not in ("tiny_bert", "small_bert"))
-        size = sum(p.stat().st_size for p in args.out.glob(f"{kind}.onnx*"))
+        size = sum(p.stat().st_size for p in path.parent.glob(f"{path.name}*"))
         print(f"{path}: {size / 1e6:.1f} MB in {time.perf_counter() - t:.0f} s", flush=True)
-    import_report([args.out / f"{k}.onnx" for k in kinds], args.verify)
+    import_report(args.out, kinds, args.verify)
     return 0
 
 
