@@ -29,7 +29,7 @@ from onnx import AttributeProto, TensorProto
 
 from . import interrupt, progress, ranges
 from .errors import OnnxsplitError, SplitError
-from .graph import OpGraph
+from .graph import OpGraph, subgraphs
 from .profile.devices import CPU_EP
 from .shapes import KEEP_WEIGHT_BYTES, elem_type, proto_bytes
 
@@ -259,13 +259,9 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
             (staging / p.file).write_bytes(proto.SerializeToString())
             bar.update()
         bar.close()
-        for what, file in ([(f"part {p.name}", p.file) for p in parts] + [(ANNOTATED, ANNOTATED)]
-                           if check else []):
-            try:
-                onnx.checker.check_model(str(staging / file))
-            except Exception as e:  # the exporter's own bug, named per file
-                raise OnnxsplitError(f"{what} is not a valid ONNX model: "
-                                     f"{' '.join(str(e).split())[:300]}") from None
+        for what, file, ep in ([(f"part {p.name}", p.file, p.execution_provider) for p in parts]
+                               + [(ANNOTATED, ANNOTATED, CPU_EP)] if check else []):
+            check_part(staging / file, what, ep)
         manifest = _manifest(graph, parts, links, weights, threads or {}, predicted, plan, device_ids or {},
                              machines or {}, types)
         if shape_range:
@@ -297,6 +293,73 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     if replaced is not None:  # (outside the handler above: what is left in it is the user's)
         _remove_made(replaced)
     return Export(out, parts, manifest)
+
+
+# the domains whose operators onnx's checker knows (their schemas ship with onnx)
+_ONNX_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+# where onnx's checker is shown the operators it does not know (a domain it skips)
+UNCHECKED_DOMAIN = "onnxsplit.unchecked"
+
+
+def runtime_operators(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The nodes (subgraphs included) onnx's checker cannot judge: onnxruntime's own operators,
+    in com.microsoft and other domains of their own, and in onnx's domains where onnx has no
+    such operator at the model's opset (SimplifiedLayerNormalization; LayerNormalization
+    before opset 17).  Calls of the model's own functions are the checker's to judge."""
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    functions = {(f.domain, f.name) for f in model.functions}
+    found = []
+    graphs = [model.graph]
+    while graphs:
+        for node in graphs.pop().node:
+            graphs.extend(subgraphs(node))
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            if (node.domain, node.op_type) in functions:
+                continue
+            if domain not in _ONNX_DOMAINS or not onnx.defs.has(node.op_type, opsets.get(domain, 1),
+                                                                  domain):
+                found.append(node)
+    return found
+
+
+def check_part(path: Path, what: str, ep: str = CPU_EP) -> None:
+    """OnnxsplitError where the model file at ``path`` is not valid.  onnx's checker judges
+    it; where it holds onnxruntime's own operators (:func:`runtime_operators`), the checker is
+    shown them in a domain it skips (a copy beside it, removed after) and onnxruntime judges
+    them by building a CPU session of the file (graph optimisations off); a part for another
+    provider may hold an operator only that provider has a kernel for."""
+    def refuse(why: str) -> OnnxsplitError:  # the exporter's own bug, named per file
+        return OnnxsplitError(f"{what} is not a valid ONNX model: {' '.join(why.split())[:300]}")
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:
+        raise refuse(str(e)) from None
+    own = runtime_operators(model)
+    target = path
+    if own:
+        for node in own:
+            if node.domain in _ONNX_DOMAINS:
+                node.domain = UNCHECKED_DOMAIN
+        model.opset_import.add(domain=UNCHECKED_DOMAIN, version=1)
+        target = path.with_name(f".{path.name}.checked")
+        target.write_bytes(model.SerializeToString())
+    try:
+        onnx.checker.check_model(str(target))
+    except Exception as e:
+        raise refuse(str(e)) from None
+    finally:
+        if target != path:
+            target.unlink(missing_ok=True)
+    if own:
+        from .providers.sessions import SessionError, open_sessions
+        from .shapes import NO_KERNEL
+
+        try:
+            open_sessions(path, [CPU_EP], threads=1, optimize=False)
+        except SessionError as e:
+            if ep == CPU_EP or not NO_KERNEL.search(str(e)):
+                raise refuse(f"onnxruntime refuses it: {e}") from None
 
 
 def session_ready(providers: Mapping[str, str], devices) -> bool:
@@ -528,10 +591,14 @@ def _value_info(name: str, graph: OpGraph, types: Mapping[str, onnx.TypeProto]) 
     if declared is not None and (declared.WhichOneof("value") != "tensor_type"
                                  or declared.tensor_type.elem_type):
         vi.type.CopyFrom(declared)
-        if declared.WhichOneof("value") != "tensor_type" or declared.tensor_type.HasField("shape"):
+        if declared.WhichOneof("value") != "tensor_type" or (
+                declared.tensor_type.HasField("shape")
+                and _holds(declared.tensor_type.shape, graph.tensors[name])):
             return vi
-        # inference knew the type but not the rank (a Loop's output): a graph input or output
-        # must have a shape for the checker, so the bound rank with free sizes, as below
+        # inference knew the type but not the rank (a Loop's output), or the model declares
+        # a shape its values do not have (onnxruntime-genai's builder declares its Constant
+        # [1] a scalar): a graph input or output must have a shape for the checker, so the
+        # measured rank with free sizes, as below
         _free_dims(vi, graph.tensors[name].shape)
         return vi
     dtype = graph.tensors[name].dtype
@@ -541,6 +608,15 @@ def _value_info(name: str, graph: OpGraph, types: Mapping[str, onnx.TypeProto]) 
     vi.type.tensor_type.elem_type = et
     _free_dims(vi, graph.tensors[name].shape)
     return vi
+
+
+def _holds(declared: onnx.TensorShapeProto, tensor) -> bool:
+    """Whether a declared shape fits the tensor as measured: its rank, its fixed sizes (an
+    empty optional or a sequence, measured without a tensor's shape, is not judged)."""
+    if tensor.dtype == "none" or tensor.dtype.startswith("seq("):
+        return True
+    return len(declared.dim) == len(tensor.shape) and all(
+        not d.HasField("dim_value") or d.dim_value == n for d, n in zip(declared.dim, tensor.shape))
 
 
 def _free_dims(vi: onnx.ValueInfoProto, shape) -> None:

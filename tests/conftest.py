@@ -98,6 +98,7 @@ SLOW = frozenset({
     # test_graph.py / test_split.py / test_cli.py: whole models through onnxruntime
     "test_light_zoo_models",
     "test_split_tiny_bert_reproduces_the_model",
+    "test_the_main_command_splits_the_genai_decoder",  # test_contrib_ops.py: export --plan, 9 s
     "test_latency_split_with_cpu_calls_around_accelerator_calls",
     "test_pins_keep_matching_operators_on_the_cpu",
     "test_python_api_split_then_run",

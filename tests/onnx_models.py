@@ -1,4 +1,5 @@
-"""Small ONNX models built in tests (no files committed beyond tests/data/tiny_bert.onnx)."""
+"""Small ONNX models built in tests (no files committed beyond tests/data/tiny_bert.onnx and
+tests/data/llama_tiny_genai/, made by tools/build_test_models.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ from onnx import helper, numpy_helper
 DATA = Path(__file__).parent / "data"
 TINY_BERT = DATA / "tiny_bert.onnx"
 TINY_BERT_SHAPES = {"input_ids": (1, 32), "attention_mask": (1, 32)}
+# a Llama (2 layers, 4 heads, 2 of keys and values of 16) as onnxruntime-genai's builder
+# writes it: GroupQueryAttention, SkipSimplifiedLayerNormalization (com.microsoft) and
+# SimplifiedLayerNormalization (the default domain), bound at one decode step after 16 tokens
+TINY_LLAMA = DATA / "llama_tiny_genai" / "model.onnx"
+TINY_LLAMA_PAST = 16
+TINY_LLAMA_DECODE = {"input_ids": (1, 1), "attention_mask": (1, TINY_LLAMA_PAST + 1),
+                     **{f"past_key_values.{i}.{kv}": (1, 2, TINY_LLAMA_PAST, 16)
+                        for i in range(2) for kv in ("key", "value")}}
 
 
 def save(model: onnx.ModelProto, path: Path) -> Path:
@@ -242,3 +251,28 @@ def decoder_with_past(path: Path, layers: int = 4, hidden: int = 32, heads: int 
             inputs.append(vi(f"past_key_values.{i}.{kv}", cache))
             outputs.append(vi(f"present.{i}.{kv}", present))
     return save(make(nodes, inputs, outputs, inits), path)
+
+
+def runtime_ops(path: Path, domain: str, batch: int = 4, width: int = 64) -> Path:
+    """x -> MatMul -> onnxruntime's own operators -> MatMul -> y, in ``domain``:
+    ``com.microsoft`` (FastGelu with its bias, SkipLayerNormalization adding x back) or
+    ``""`` (SimplifiedLayerNormalization, an onnxruntime operator in the default domain that
+    onnx's checker does not know).  Plain ONNX elsewhere, opset 17."""
+    ms = "com.microsoft"
+    inits = [weight(f"W{i}", (width, width), i) for i in range(3)] + [weight("gamma", (width,), 11)]
+    nodes = [helper.make_node("MatMul", ["x", "W0"], ["h0"], name="mm0")]
+    if domain == ms:
+        inits += [weight("bias", (width,), 10), weight("beta", (width,), 12)]
+        nodes += [helper.make_node("FastGelu", ["h0", "bias"], ["g"], name="gelu", domain=ms),
+                  helper.make_node("MatMul", ["g", "W1"], ["h1"], name="mm1"),
+                  helper.make_node("SkipLayerNormalization", ["h1", "x", "gamma", "beta"], ["n"],
+                                   name="skipnorm", domain=ms, epsilon=1e-5)]
+    else:
+        nodes += [helper.make_node("SimplifiedLayerNormalization", ["h0", "gamma"], ["s"],
+                                   name="rmsnorm", axis=-1, epsilon=1e-6, stash_type=1),
+                  helper.make_node("Relu", ["s"], ["r"], name="relu"),
+                  helper.make_node("MatMul", ["r", "W1"], ["n"], name="mm1")]
+    nodes.append(helper.make_node("MatMul", ["n", "W2"], ["y"], name="mm2"))
+    g = helper.make_graph(nodes, "g", [vi("x", [batch, width])], [vi("y", [batch, width])], inits)
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(ms, 1)] if domain == ms else [])
+    return save(helper.make_model(g, opset_imports=opsets), path)
