@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,6 +74,7 @@ def test_time_waiting_for_a_turn_counts_toward_the_request_timeout():
 
 ray = pytest.importorskip("ray")
 httpclient = pytest.importorskip("tritonclient.http")
+from test_ray import forget_address, two_parts  # noqa: E402
 
 
 def split_mlp(tmp_path, batch: int, width: int):
@@ -188,3 +191,70 @@ def _input(x):
     inp = InferInput("x", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
     return inp
+
+
+# ---- a node of a Ray cluster lost mid-run ------------------------------------------------------------
+
+def test_a_node_lost_mid_run_ends_in_one_line_naming_the_part(tmp_path):
+    """Parts pinned to two nodes of a Ray test cluster, samples streaming; the second node
+    removed mid-run: every sample answered before is the original model's, and the run
+    ends promptly in one RunError naming the part, its device and machine (it cannot be
+    recovered: no other node offers that machine), not in Ray's traceback or a hang."""
+    from ray.cluster_utils import Cluster
+    from ray_processes import gone, ray_processes
+
+    from onnxsplit.running.ray_engine import RayParts
+    from onnxsplit.running.runner import RunError, random_feeds
+
+    model_path, parts = two_parts(tmp_path, machines={"cpu0": "m1", "cpu1": "m2"})
+    session = reference(model_path)
+    before, lost = ray_processes(), None
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"m1": 1}})
+    try:
+        m2 = cluster.add_node(num_cpus=1, resources={"m2": 1})
+        cluster.wait_for_nodes()
+        with RayParts(parts, address=cluster.address) as rp:
+            survivor = next(w["folder"] for p, w in zip(rp.parts, rp.placed) if p["name"] == "part0_cpu0")
+            lost = next(w["folder"] for p, w in zip(rp.parts, rp.placed) if p["name"] == "part1_cpu1")
+            inputs, y = rp.inputs, rp.output_names[0]
+            sent, got, outcome, removed = [], [], {}, []
+
+            def samples():
+                for s in range(100_000):  # until the loss stops the run
+                    if s == 40:
+                        removed.append(time.monotonic())
+                        threading.Thread(target=cluster.remove_node, args=(m2,), daemon=True).start()
+                    sent.append(random_feeds(inputs, seed=s))
+                    yield sent[-1]
+
+            def run():
+                try:
+                    got.extend(out[y] for out in rp.stream(samples(), depth=4))
+                    outcome["ended"] = "without an error"
+                except RunError as e:
+                    outcome["error"] = e
+                except BaseException as e:  # noqa: BLE001 (asserted below: not this)
+                    outcome["ended"] = f"in {type(e).__name__}: {e}"
+
+            runner = threading.Thread(target=run, daemon=True)
+            runner.start()
+            runner.join(timeout=120)
+            assert not runner.is_alive(), "the run hangs after its node was lost"
+            assert "error" in outcome, f"the run ended {outcome.get('ended')}"
+            ended = time.monotonic() - removed[0]
+            message = str(outcome["error"])
+            print(f"node lost after {len(got)} samples; the run ended {ended:.1f} s later: {message}")
+            assert "\n" not in message and message.startswith("part part1_cpu1 on cpu1 (machine 'm2') was lost:")
+            assert ended < 60
+            assert len(got) >= 36  # (those answered before sample 40 was sent: depth 4)
+            for feeds, out in zip(sent, got):  # each answered sample is its own input's output
+                np.testing.assert_allclose(out, session.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+        assert not Path(survivor).exists()  # the surviving node's copy of its files removed
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
+        forget_address(cluster.address)
+        if lost:  # (the lost node's copy of its files: one machine here)
+            shutil.rmtree(lost, ignore_errors=True)
+    assert gone(since=before), "a Ray process of the test cluster is still running"

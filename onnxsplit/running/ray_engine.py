@@ -167,6 +167,7 @@ class RayParts:
         shipped = ship_parts(self.dir, specs) if ship else {}
         self.actors: list[list[Any]] = []
         self.execution_providers = []
+        self._part_of: dict[str, Mapping[str, Any]] = {}  # actor id (hex) -> its part's spec
         for p, (providers, threads, opts, ep, device_id) in zip(
                 specs, actor_plans(specs, have, cpu_threads, fallback_cpu)):
             level = p.get("optimization")
@@ -176,6 +177,7 @@ class RayParts:
                       for _ in range(max(1, int(p.get("replicas") or 1)))]
             self.actors.append(copies)
             self.execution_providers.append(ep)
+            self._part_of.update({a._actor_id.hex(): p for a in copies})
         try:  # every actor up (its session made) before the first sample
             self.placed = ray.get([a.where.remote() for copies in self.actors for a in copies], timeout=PLACE_S)
         except ray.exceptions.GetTimeoutError:
@@ -184,7 +186,7 @@ class RayParts:
                            f"{', '.join(f'{k} {v:g}' for k, v in sorted(have.items()) if not k.startswith('node:'))})"
                            ) from None
         except Exception as e:
-            raise RunError(_reason(e)) from None
+            raise RunError(self._why(e)) from None
         self.output_names = [o["name"] for o in self.manifest["model"]["outputs"]]
         ins = [[i["name"] for i in p["inputs"]] for p in specs]
         outs = [[o["name"] for o in p["outputs"]] for p in specs]
@@ -212,12 +214,25 @@ class RayParts:
         ray = ray_module()
         try:
             parts = ray.get(refs, timeout=WAIT_S)
+        except ray.exceptions.GetTimeoutError:
+            raise RunError(f"no answer from the parts' actors within {WAIT_S:g} s") from None
         except Exception as e:
-            raise RunError(_reason(e)) from None
+            raise RunError(self._why(e)) from None
         merged: dict[str, Any] = {}
         for p in parts:
             merged.update(p)
         return {o: merged[o] for o in self.output_names}
+
+    def _why(self, e: BaseException) -> str:
+        """One line: a part whose actor is gone (its process or its node died) named with
+        its device and machine; anything else as :func:`_reason` says it."""
+        part = self._part_of.get(getattr(e, "actor_id", None) or "")
+        if part is None or getattr(e, "actor_init_failed", False):  # (its own error, as it raised it)
+            return _reason(e)
+        where = f"{part['device']}" + (f" (machine '{part['machine']}')" if part.get("machine") else "")
+        # Ray's text: a first line, "\tkey: value" lines, then why it died
+        why = [line.strip() for line in str(e).splitlines()[1:] if line.strip() and not line.startswith("\t")]
+        return f"part {part['name']} on {where} was lost: {' '.join(' '.join(why).split())[:200] or 'its actor died'}"
 
     def check_feeds(self, feeds: Mapping[str, Any]) -> None:
         missing = [s["name"] for s in self.inputs if s["name"] not in feeds]
@@ -247,8 +262,10 @@ class RayParts:
         """Actors ended; a Ray this object started, shut down."""
         ray = ray_module()
         actors = [a for copies in getattr(self, "actors", []) for a in copies]
-        try:  # shipped files removed where they were written, before the actors end
-            ray.get([a.cleanup.remote() for a in actors], timeout=10)
+        try:  # shipped files removed where they were written, before the actors end (each
+            # awaited: one whose actor is gone fails at once, and must not cut the others short)
+            refs = [a.cleanup.remote() for a in actors]
+            ray.wait(refs, num_returns=len(refs), timeout=10)
         except Exception:
             pass
         for a in actors:
