@@ -16,9 +16,9 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	touch $@
 
 # the tests also run what optional extras give (Ray: the engine and the server; OpenVINO:
-# its runtime and plugin EP as providers and peers)
+# its runtime and plugin EP as providers and peers; onnxruntime-genai: generate's peer)
 $(VENV)/.installed-extras: $(VENV)/.installed
-	$(BIN)/python -m pip install -q -e ".[test,ray,openvino]"
+	$(BIN)/python -m pip install -q -e ".[test,ray,openvino,genai]"
 	touch $@
 
 # the demo measures the split beside OpenVINO too, the peer a CPU user would pick

@@ -239,9 +239,14 @@ def _parser() -> argparse.ArgumentParser:
                                     "devices, write per-device ONNX parts, manifest.json and "
                                     "plan.json into --out, and check the parts against the "
                                     "original model.")
-    sp.add_argument("--objective", default="throughput", choices=["throughput", "latency"],
+    sp.add_argument("--objective", choices=["throughput", "latency"],
                     help="throughput: pipelined samples per second; latency: one sample's time "
-                         "(default: throughput)")
+                         "(default: throughput; latency with --context)")
+    sp.add_argument("--context", type=_at_least(1), metavar="N",
+                    help="a decoder with past (input_ids, attention_mask, past_key_values.*): plan one "
+                         "decoding step with N tokens in context (its KV cache counted on each part's "
+                         "device), and make the parts for every step up to it, for onnxsplit generate "
+                         "(instead of --input-shape)")
     sp.add_argument("--pin", action="append", default=[], metavar="REGEX=DEVICE",
                     help="keep operators whose name contains REGEX (or whose op type is REGEX) on "
                          "DEVICE: cpu, or the accelerator (e.g. 'Shape|Gather=cpu'); repeatable")
@@ -297,6 +302,8 @@ def _parser() -> argparse.ArgumentParser:
     gn.add_argument("--max-new-tokens", type=_at_least(1), default=32, metavar="N",
                     help="tokens to generate (default 32)")
     gn.add_argument("--eos", type=_at_least(0), metavar="ID", help="stop after this token id")
+    gn.add_argument("--rounds", type=_at_least(1), default=3, metavar="N",
+                    help="generations of each, in turn; the median of each rate kept (default 3)")
     gn.add_argument("--no-baseline", action="store_true",
                     help="only the parts: no check against the original model, no peers")
     gn.add_argument("--fallback-cpu", action="store_true",
@@ -407,7 +414,16 @@ def _split(args) -> int:
     from .workflow import split
 
     shapes, shape_range = api.parse_input_ranges(args.input_shape)
-    result = split(args.model, args.out, devices=args.devices, objective=args.objective,
+    objective = args.objective or "throughput"
+    if args.context is not None:
+        from .errors import OnnxsplitError
+        from .running.generate import decode_step
+
+        if args.input_shape:
+            raise OnnxsplitError("give --context or --input-shape, not both")
+        shapes, shape_range = decode_step(args.model, args.context)
+        objective = args.objective or "latency"
+    result = split(args.model, args.out, devices=args.devices, objective=objective,
                    input_shapes=shapes, shape_range=shape_range, pins=args.pin,
                    input_fills=api.parse_input_values(args.input_value),
                    method=args.method, time_limit=args.time_limit, force=args.force,
@@ -556,7 +572,7 @@ def _generate(args) -> int:
     if any(t < 0 for t in prompt):
         raise OnnxsplitError("--prompt: token ids are not negative")
     r = run_generation(args.parts, prompt, args.max_new_tokens, eos=args.eos,
-                       baseline=not args.no_baseline, fallback_cpu=args.fallback_cpu)
+                       baseline=not args.no_baseline, fallback_cpu=args.fallback_cpu, rounds=args.rounds)
     bad = "check" in r and not r["check"]["ok"]
     if bad:
         c = r["check"]
@@ -576,13 +592,18 @@ def _generate(args) -> int:
               f"largest (tolerance {c['tolerance']:g})")
     names = {"onnxsplit": "onnxsplit's parts", "onnxruntime": "onnxruntime, the whole model (default session)",
              "onnxruntime_genai": "onnxruntime-genai, the whole model"}
-    print(f"  {'':48} {'prefill tok/s':>14} {'decode tok/s':>13} {'first token ms':>15}")
+    how = f"the prompt {r['prefill_chunk']} token(s) a call" if r["prefill_chunk"] < len(r["prompt"]) else \
+        "the prompt in one call"
+    print(f"  {'median of ' + str(r['rounds']) + ', ' + how:48} {'prefill tok/s':>14} {'decode tok/s':>13} "
+          f"{'first token ms':>15}")
     for k, v in r["rates"].items():
         cells = [f"{x:.1f}" if x is not None else "-" for x in
                  (v["prefill_tokens_per_s"], v["decode_tokens_per_s"], v["first_token_ms"])]
         print(f"  {names[k]:48} {cells[0]:>14} {cells[1]:>13} {cells[2]:>15}")
     if "genai" in r:
         print(f"  (onnxruntime-genai not measured: {r['genai']})")
+    elif "genai_tokens_equal" in r and not r["genai_tokens_equal"]:
+        print("  (onnxruntime-genai's tokens differ from onnxruntime's on the same model: its own decoding)")
     return 1 if bad else 0
 
 

@@ -413,13 +413,18 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
         machine.whole_candidates(workload, objective, cpu_rec, acc_rec, prep.shared)
     splits = machine.split_workloads(workload, objective, cpu_rec, acc_rec, prep.unoptimised_ms,
                                      prep.shared)
+    whole_on = {d for c in wholes if len(set(c.plan.assignment.values())) == 1
+                for d in c.plan.assignment.values()}
     found = []
     for w, ex in splits:
         share = time_limit / max(len(splits), 1)
         # throughput: each plan the solver weighs, predicted with the calls it makes
         plans = weighed_plans(w, objective, method, share)
         for plan in plans:
-            if plan.value is None or (len(set(plan.assignment.values())) < 2 and wholes):
+            used = set(plan.assignment.values())
+            # (a plan on one device that a whole candidate runs on is that candidate, measured;
+            # one on an accelerator no whole candidate runs on -- estimated, or uncalibrated -- is not)
+            if plan.value is None or (len(used) < 2 and used <= whole_on):
                 continue
             cand = machine.Candidate(plan, w, dict(ex))
             session = objective == "latency" and _session_ready(prep, plan)

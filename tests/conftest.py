@@ -76,6 +76,7 @@ SLOW = frozenset({
     # test_stress.py: a server flooded, soaked; a Ray test cluster losing a node (20 - 40 s)
     "test_a_flooded_server_answers_503_and_keeps_every_request_it_took",
     "test_a_node_lost_mid_run_ends_in_one_line_naming_the_part",
+    "test_the_servers_memory_stays_flat_over_a_soak",
     # test_deadlines.py: waits for time limits, Ctrl-C in subprocesses (1 - 9 s a case)
     "test_a_solve_returns_by_its_time_limit_with_a_valid_plan",
     "test_an_interrupted_main_command_leaves_the_previous_output",
@@ -138,6 +139,11 @@ SLOW = frozenset({
     "test_small_bert_report_from_the_main_command_and_run_report",
     "test_a_decoder_split_by_its_layers_reads_one_row_a_layer",
     "test_a_10000_operator_workload_fits_two_screens",
+    # test_generate.py: a decoder split (export, or the main command at two contexts: 35 s), then
+    # generating beside the original
+    "test_context_plans_a_decoding_step_with_its_kv_cache_against_memory",
+    "test_the_parts_generate_what_the_model_does",
+    "test_an_onnxruntime_genai_model_split_in_two_generates_beside_onnxruntime_genai",
     # test_progress.py: a model split three times (on a pseudo-terminal, with --json, in a pipe)
     "test_the_main_command_shows_its_progress_on_a_terminal_only",
 })

@@ -42,11 +42,11 @@ def split(tmp_path_factory):
     return model, out
 
 
-def reference(model, prompt, n):
+def reference(model, prompt, n, dim=DIM):
     """Greedy decoding of the original model with its caches, written out here."""
     sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    past = {f"past_key_values.{i}.{kv}": np.zeros((1, HEADS, 0, DIM), np.float32)
+    past = {f"past_key_values.{i}.{kv}": np.zeros((1, HEADS, 0, dim), np.float32)
             for i in range(LAYERS) for kv in ("key", "value")}
     ids, tokens = list(prompt), []
     seen = 0
@@ -82,6 +82,12 @@ def test_the_parts_generate_what_the_model_does(split, capsys):
         presents = {t["name"] for t in p["outputs"] if t["name"].startswith("present") and
                     t["name"].endswith(".value")}
         assert pasts == presents and presents
+    # a prompt longer than the parts take in one call (16 tokens): prefilled in calls of 16
+    long = [(7 * i) % 64 for i in range(21)]
+    assert main(["generate", str(parts), "--prompt", ",".join(map(str, long)), "--max-new-tokens", "5",
+                 "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["prefill_chunk"] == 16 and r["tokens"] == reference(model, long, 5) and r["check"]["ok"]
     # the table: the same tokens, and both rows of figures
     assert main(["generate", str(parts), "--prompt", "1,2", "--max-new-tokens", "8"]) == 0
     out = capsys.readouterr().out
@@ -92,8 +98,9 @@ def test_the_parts_generate_what_the_model_does(split, capsys):
 
 def test_a_generation_the_parts_were_not_made_for_is_one_line(split, capsys):
     model, parts = split
-    cases = [(["--prompt", ",".join(["1"] * 17)], "the prefill is outside the range the parts were made for: "
-                                                   "input 'input_ids': shape [1, 17]"),
+    cases = [(["--prompt", ",".join(["1"] * 70), "--max-new-tokens", "20"],
+              "a prompt of 70 tokens and 20 new: step 19 of decoding is outside the range the parts were "
+              "made for: input 'attention_mask': shape [1, 89]"),
              (["--prompt", "1,2", "--max-new-tokens", "80"], "step 79 of decoding is outside the range"),
              (["--prompt", "1,x"], "--prompt takes token ids separated by commas, not '1,x'"),
              (["--prompt", "1,-2"], "--prompt: token ids are not negative"),
@@ -168,3 +175,78 @@ def test_a_decoders_caches_are_written_once_and_run_is_told_only_what_it_needs(s
     assert _given_for_run(shapes, parts) == {"attention_mask": (1, 10), "past_key_values.0.key": (1, 2, 9, 16)}
     odd = dict(shapes, **{"past_key_values.3.value": (1, 2, 5, 16)})  # (follows no name: kept)
     assert "past_key_values.3.value" in _given_for_run(odd, parts)
+
+
+def test_context_plans_a_decoding_step_with_its_kv_cache_against_memory(tmp_path, capsys):
+    """--context N: one decoding step at N tokens planned for latency, the caches counted
+    at their full length on their part's device.  A fast (estimated) accelerator of 16 MiB
+    takes the decoder (8.1 MiB of weights, hidden 256) and its caches at a context of 64 (1 MiB);
+    at 8192 the caches are 64 MiB, and they stay on the CPU -- and the parts still generate
+    the model's tokens (the accelerator's parts checked on the CPU).  The IP's plan is taken
+    as it is (--method ip): whether this machine's CPU beats an estimated accelerator is not
+    what is tested."""
+    model = decoder_with_past(tmp_path / "d.onnx", layers=LAYERS, hidden=256, heads=HEADS)
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({
+        "devices": [{"name": "cpu", "class": "cpu", "count": 1, "memory": "8GiB",
+                     "execution_provider": "CPUExecutionProvider"},
+                    {"name": "gpu", "class": "gpu", "count": 1, "memory": "16MiB", "peak_flops": 1e14,
+                     "memory_bandwidth": "2TB/s", "call_overhead": "1us"}],
+        "links": [{"between": ["cpu", "gpu"], "bandwidth": "64GB/s", "latency": "1us"}]}))
+    caches = sorted(f"present.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value"))
+    on_cpu = {}
+    for context in (64, 8192):
+        out = tmp_path / f"p{context}"
+        assert main([str(model), "--context", str(context), "--devices", str(cluster), "--out", str(out),
+                     "--method", "ip", "--json"]) == 0
+        r = json.loads(capsys.readouterr().out)
+        assert r["plan"]["objective"] == "latency"
+        assert r["model"]["input_shapes"]["past_key_values.3.value"] == [1, HEADS, context - 1, 128]
+        assert r["model"]["shape_range"]["attention_mask"] == [[1, 1], [1, context]]
+        plan = json.loads((out / "plan.json").read_text())["assignment"]
+        on_cpu[context] = sorted(k for k in caches if plan[k] == "cpu0")
+        assert sum(d == "acc0" for d in plan.values()) > 0, (context, r["plan"]["details"].get("why"), r["plan"]["details"].get("candidates"))
+    # (at 64 the IP may keep a layer's small caches by the CPU's nodes: speed, not memory)
+    assert len(on_cpu[64]) <= len(caches) // 4 and on_cpu[8192] == caches
+    assert main(["generate", str(tmp_path / "p8192"), "--prompt", "3,7,11,5", "--max-new-tokens", "8",
+                 "--fallback-cpu", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["tokens"] == reference(model, PROMPT, 8, dim=128) and r["check"]["ok"] and r["prefill_chunk"] == 1
+    # --context with shapes, or on a model without caches: one line
+    assert main([str(model), "--context", "8", "--input-shape", "input_ids=1x1", "--out", str(tmp_path / "x")]) == 2
+    assert "give --context or --input-shape, not both" in capsys.readouterr().err
+    from onnx_models import mlp
+
+    assert main([str(mlp(tmp_path / "m.onnx", layers=1, batch=2, width=8)), "--context", "8",
+                 "--out", str(tmp_path / "y")]) == 2
+    assert "--context needs a decoder with past: not a decoder: the model has no input 'input_ids'" in \
+        capsys.readouterr().err
+
+
+def test_an_onnxruntime_genai_model_split_in_two_generates_beside_onnxruntime_genai(tmp_path, capsys):
+    """The builder's decoder (tests/data/llama_tiny_genai: GroupQueryAttention, caches whose
+    last dimension genai_config.json gives) planned by --context's shapes, its two layers on
+    two devices: the parts' tokens are onnxruntime's, and onnxruntime-genai, where installed,
+    is timed beside them."""
+    from pathlib import Path
+
+    model = Path(__file__).parent / "data" / "llama_tiny_genai" / "model.onnx"
+    planned, span = gen.decode_step(model, 96)
+    assert planned["past_key_values.1.value"] == (1, 2, 95, 16) and span["attention_mask"] == [(1, 1), (1, 96)]
+    g = OpGraph.from_onnx(model, planned)
+    names = [n.name for n in g.nodes]
+    second = names.index(next(n for n in names if "layers.1" in n))
+    place = {n: "cpu0" if i < second else "cpu1" for i, n in enumerate(names)}
+    cpu = "CPUExecutionProvider"
+    parts = export(g, place, tmp_path / "parts", providers={"cpu0": cpu, "cpu1": cpu},
+                   threads={"cpu0": 1, "cpu1": 1}, plan={"objective": "latency"}, shape_range=span).out
+    assert main(["generate", str(parts), "--prompt", "5,17,33,99", "--max-new-tokens", "12", "--rounds", "1",
+                 "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["parts"] == 2 and r["check"]["ok"] and r["prefill_chunk"] == 1 and len(r["tokens"]) == 12
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime_genai") is None:
+        assert r["genai"] == "onnxruntime-genai is not installed"
+    else:
+        assert r["rates"]["onnxruntime_genai"]["decode_tokens_per_s"] > 0 and r["genai_tokens_equal"]

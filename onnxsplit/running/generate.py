@@ -32,6 +32,7 @@ PAST_PREFIXES = ("past_key_values.", "past.")
 # the parts' last-position logits may differ from the whole model's by this much, relative
 # to the largest (float32 summed in another order: about 1e-6); tokens must be equal
 LOGIT_TOL = 1e-4
+ROUNDS = 3  # generations of each runner, in turn; medians kept
 PRESENT_PREFIX = "present."
 
 
@@ -126,41 +127,55 @@ class Decoder:
 
 
 def check_lengths(decoder: Decoder, shape_range: Mapping[str, Any] | None, prompt_len: int,
-                  new_tokens: int) -> None:
-    """Refuse, before any call, a prompt or a generation the parts were not made for: the
-    prefill's shapes and the last step's must lie in the parts' range (a folder made for
-    one shape takes only that shape)."""
+                  new_tokens: int) -> int:
+    """The most tokens one call takes (the prompt is prefilled in calls of at most this
+    many: one where the parts were made for decoding steps alone), after refusing, before
+    any call, a generation the parts were not made for: its first call's shapes and its
+    last's must lie in the parts' range."""
     if not shape_range:
-        return
+        raise RunError("the parts were made for one shape; generation needs a range of them "
+                       "(split with --context N, or --input-shape ranges)")
     r = {k: [tuple(span) for span in v] for k, v in shape_range.items()}
-    calls = [("the prefill", decoder.shapes(prompt_len, 0))]
+    ids = r.get("input_ids")
+    chunk = max(1, min(prompt_len, ids[-1][1])) if ids else prompt_len
+    calls = [("the prefill", decoder.shapes(chunk, 0))]
+    last = prompt_len % chunk or chunk
+    if last != chunk:
+        calls.append(("the prefill's last call", decoder.shapes(last, prompt_len - last)))
     if new_tokens > 1:
-        calls.append((f"step {new_tokens - 1} of decoding",
-                      decoder.shapes(1, prompt_len + new_tokens - 2)))
+        calls.append((f"step {new_tokens - 1} of decoding", decoder.shapes(1, prompt_len + new_tokens - 2)))
     for what, shapes in calls:
         why = ranges.outside(r, {k: v for k, v in shapes.items() if k in r})
         if why:
             raise RunError(f"a prompt of {prompt_len} tokens and {new_tokens} new: {what} is outside the "
                            f"range the parts were made for:{why}")
+    return chunk
 
 
 def generate(run, decoder: Decoder, prompt: Sequence[int], max_new_tokens: int,
-             eos: int | None = None, keep_logits: bool = False) -> Generated:
+             eos: int | None = None, keep_logits: bool = False, chunk: int | None = None) -> Generated:
     """Greedy generation: ``run(feeds) -> outputs by name`` (a :class:`runner.Parts`'s
-    ``run``, or a session's), the prompt prefilled in one call, then one call a token."""
+    ``run``, or a session's); the prompt prefilled in calls of at most ``chunk`` tokens
+    (all at once by default), then one call a token."""
     if not prompt:
         raise RunError("the prompt is empty: give at least one token id")
     if max_new_tokens < 1:
         raise RunError("--max-new-tokens must be at least 1")
     out = Generated(list(prompt))
     past = decoder.empty_past()
-    ids: list[int] = list(prompt)
+    chunk = chunk or len(prompt)
+    pending: list[int] = list(prompt)
     seen = 0
-    while len(out.tokens) < max_new_tokens:
-        t = time.perf_counter()
+    t = time.perf_counter()
+    while True:
+        ids, pending = pending[:chunk], pending[chunk:]
         got = run(decoder.feeds(ids, past, seen))
+        seen += len(ids)
+        past = {name: got[present] for name, present in decoder.caches.items()}
+        if pending:
+            continue  # (the prompt's next call)
         took = time.perf_counter() - t
-        if seen == 0:
+        if len(out.tokens) == 0:
             out.prefill_s = took
         else:
             out.step_s.append(took)
@@ -171,25 +186,16 @@ def generate(run, decoder: Decoder, prompt: Sequence[int], max_new_tokens: int,
             out.logits.append(last.copy())
         token = int(np.argmax(last))
         out.tokens.append(token)
-        seen += len(ids)
-        past = {name: got[present] for name, present in decoder.caches.items()}
-        ids = [token]
-        if eos is not None and token == eos:
-            break
-    return out
+        if len(out.tokens) >= max_new_tokens or (eos is not None and token == eos):
+            return out
+        pending = [token]
+        t = time.perf_counter()
 
 
-def timed(run, decoder: Decoder, prompt: Sequence[int], max_new_tokens: int,
-          eos: int | None = None, keep_logits: bool = False) -> Generated:
-    """:func:`generate` after one untimed call of the prompt (sessions allocate their
-    buffers on their first call)."""
-    generate(run, decoder, prompt, 1)
-    return generate(run, decoder, prompt, max_new_tokens, eos, keep_logits)
-
-
-def genai_peer(model_path, prompt: Sequence[int], max_new_tokens: int) -> Generated | str:
-    """onnxruntime-genai running the original model (the peer a user would pick), where
-    it is installed and the model's folder has its ``genai_config.json``; else why not."""
+def genai_peer(model_path, prompt: Sequence[int]):
+    """``generate(n) -> Generated``: onnxruntime-genai running the original model greedily
+    (the peer a user would pick), where it is installed and the model's folder has its
+    ``genai_config.json``; else why not (a string)."""
     from pathlib import Path
 
     folder = Path(model_path).parent
@@ -218,42 +224,61 @@ def genai_peer(model_path, prompt: Sequence[int], max_new_tokens: int) -> Genera
             out.tokens.append(int(gen.get_next_tokens()[0]))
         return out
 
-    once(1)
-    return once(max_new_tokens)
+    once(1)  # (untimed: the first call allocates)
+    return once
 
 
 def run_generation(parts_dir, prompt: Sequence[int], max_new_tokens: int, *, eos: int | None = None,
-                   baseline: bool = True, fallback_cpu: bool = False) -> dict[str, Any]:
+                   baseline: bool = True, fallback_cpu: bool = False, rounds: int = ROUNDS) -> dict[str, Any]:
     """``onnxsplit generate``: the parts generate from ``prompt``; beside them, the same
     loop over the original model in onnxruntime's default session (``baseline``), whose
-    tokens the parts' must equal (``check``), and onnxruntime-genai where it can run it."""
+    tokens the parts' must equal (``check``), and onnxruntime-genai where it can run it.
+    Each generates ``rounds`` times, in turn, and the median of each rate is kept (a shared
+    machine's slow second then hits all alike)."""
     from .runner import Parts
 
     parts = Parts(parts_dir, fallback_cpu=fallback_cpu)
     model = parts.manifest["model"]
     decoder = Decoder(model["inputs"], [o["name"] for o in model["outputs"]])
-    check_lengths(decoder, model.get("shape_range"), len(prompt), max_new_tokens)
-    got = timed(parts.run, decoder, prompt, max_new_tokens, eos, keep_logits=baseline)
-    result: dict[str, Any] = {"parts_dir": str(parts_dir), "prompt": list(prompt), "tokens": got.tokens,
-                              "parts": len(parts.parts), "devices": parts.devices,
-                              "rates": {"onnxsplit": got.rates()}}
+    chunk = check_lengths(decoder, model.get("shape_range"), len(prompt), max_new_tokens)
+    runners: dict[str, tuple[Any, int | None]] = {"onnxsplit": (parts.run, chunk)}
+    result: dict[str, Any] = {"parts_dir": str(parts_dir), "prompt": list(prompt), "parts": len(parts.parts),
+                              "devices": parts.devices, "prefill_chunk": chunk, "rounds": rounds}
     if baseline:
-        whole = timed(whole_model_run(model["path"]), decoder, prompt, max_new_tokens, eos, keep_logits=True)
-        result["rates"]["onnxruntime"] = whole.rates()
-        same = next((k for k, (a, b) in enumerate(zip(got.tokens, whole.tokens)) if a != b), None)
-        if same is None and len(got.tokens) != len(whole.tokens):
-            same = min(len(got.tokens), len(whole.tokens))
+        runners["onnxruntime"] = (whole_model_run(model["path"]), None)
+    for run, c in runners.values():
+        generate(run, decoder, prompt, 1, chunk=c)  # (untimed: a session's first calls allocate)
+    runs = {name: (lambda keep, run=run, c=c: generate(run, decoder, prompt, max_new_tokens, eos, keep, c))
+            for name, (run, c) in runners.items()}
+    if baseline:
+        peer = genai_peer(model["path"], prompt)
+        if isinstance(peer, str):
+            result["genai"] = peer
+        else:
+            runs["onnxruntime_genai"] = lambda keep: peer(max_new_tokens)
+    got: dict[str, list[Generated]] = {name: [] for name in runs}
+    for r in range(max(1, rounds)):
+        for name, go in runs.items():
+            got[name].append(go(r == 0))
+    result["tokens"] = got["onnxsplit"][0].tokens
+    result["rates"] = {name: _median_rates([g.rates() for g in gens]) for name, gens in got.items()}
+    if baseline:
+        mine, theirs = got["onnxsplit"][0], got["onnxruntime"][0]
+        same = next((k for k, (a, b) in enumerate(zip(mine.tokens, theirs.tokens)) if a != b), None)
+        if same is None and len(mine.tokens) != len(theirs.tokens):
+            same = min(len(mine.tokens), len(theirs.tokens))
         worst = max(float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-12))
-                    for a, b in zip(got.logits, whole.logits))
+                    for a, b in zip(mine.logits, theirs.logits))
         result["check"] = {"ok": same is None and worst <= LOGIT_TOL, "first_difference": same,
                            "max_rel_logit_error": worst, "tolerance": LOGIT_TOL}
-        peer = genai_peer(model["path"], prompt, max_new_tokens)
-        if isinstance(peer, Generated):
-            result["rates"]["onnxruntime_genai"] = peer.rates()
-            result["genai_tokens_equal"] = peer.tokens == whole.tokens
-        else:
-            result["genai"] = peer
+        if "onnxruntime_genai" in got:
+            result["genai_tokens_equal"] = got["onnxruntime_genai"][0].tokens == theirs.tokens
     return result
+
+
+def _median_rates(rates: list[dict[str, float | None]]) -> dict[str, float | None]:
+    return {k: (float(np.median([r[k] for r in rates])) if all(r[k] is not None for r in rates) else None)
+            for k in rates[0]}
 
 
 def whole_model_run(model_path):
@@ -263,3 +288,59 @@ def whole_model_run(model_path):
     sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     return lambda feeds: dict(zip(names, sess.run(None, feeds)))
+
+
+def _genai_head_size(model_path) -> int | None:
+    """The caches' last dimension, which onnxruntime-genai's builder leaves unfixed, from
+    the ``genai_config.json`` beside the model (``model.decoder.head_size``)."""
+    import json
+    from pathlib import Path
+
+    try:
+        config = json.loads((Path(model_path).parent / "genai_config.json").read_text())
+        return int(config["model"]["decoder"]["head_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def decode_step(model_path, context: int) -> tuple[dict[str, tuple[int, ...]], dict[str, list[tuple[int, int]]]]:
+    """``--context N``: the shapes of one decoding step at a context of N tokens (batch 1,
+    one new token, N - 1 in the caches), where the plan is made -- each part's caches are
+    then counted at their full length on its device -- and the range from the first step
+    (an empty past) to that one, which the parts are made and checked for.  The prompt is
+    then prefilled a token a call (:func:`check_lengths`)."""
+    import onnx
+
+    from ..errors import ModelError
+
+    if context < 1:
+        raise ModelError("--context must be at least 1 token")
+    m = onnx.load(str(model_path), load_external_data=False)
+    weights = {t.name for t in m.graph.initializer}
+    specs = []
+    for vi in m.graph.input:
+        if vi.name in weights:
+            continue
+        dims = list(vi.type.tensor_type.shape.dim)
+        specs.append({"name": vi.name, "dims": [d.dim_param or None for d in dims],
+                      "shape": [d.dim_value if d.HasField("dim_value") else 1 for d in dims],
+                      "dtype": onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name})
+    try:
+        decoder = Decoder(specs, [o.name for o in m.graph.output])
+    except RunError as e:
+        raise ModelError(f"--context needs a decoder with past: {e}") from None
+    head = _genai_head_size(model_path)
+    for name in decoder.caches:
+        spec = decoder.specs[name]
+        axis = decoder.seq_axis(name)
+        free = [k for k, d in enumerate(spec["dims"]) if d and k not in (0, axis)]
+        if free == [len(spec["dims"]) - 1] and head:  # (onnxruntime-genai's builder: 'kv_cache_dim')
+            spec["shape"][-1] = head
+            free = []
+        if free:
+            raise ModelError(f"--context: cache '{name}' has a dimension {free[0]} ('{spec['dims'][free[0]]}') "
+                             f"the model does not fix; give the caches' shapes with --input-shape instead")
+    planned = decoder.shapes(1, context - 1)
+    first = decoder.shapes(1, 0)
+    span = {k: [(a, b) for a, b in zip(first[k], planned[k])] for k in planned}
+    return planned, span
