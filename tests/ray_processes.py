@@ -76,6 +76,21 @@ def descendants(root: int) -> dict[int, str]:
     return out
 
 
+def label(title: str) -> str:
+    """A process's short name: Ray's own title (ray::...), a Python program's script or
+    module, else the program."""
+    words = title.split()
+    if not words:
+        return "?"
+    if words[0].startswith("ray::"):
+        return words[0]
+    if not Path(words[0]).name.startswith("python"):
+        return Path(words[0]).name
+    if "-m" in words:
+        return " ".join(words[words.index("-m") + 1:][:2])
+    return Path(next((w for w in words[1:] if w.endswith(".py")), words[0])).name
+
+
 def rss_mib(pid: int) -> float | None:
     """A process's resident memory (VmRSS) in MiB; None where it is gone."""
     try:
@@ -136,10 +151,11 @@ def stop_server(proc, wait_s: float = 20.0) -> str:
 
 
 def ask_concurrently(url: str, session, shape_of, clients: int, requests: int, *, rtol: float, atol: float,
-                     join_s: float, name: str = "mlp") -> tuple[list[str], list[int]]:
+                     join_s: float, name: str = "mlp", binary: bool | None = None) -> tuple[list[str], list[int]]:
     """``clients`` tritonclient clients at once, each sending ``requests`` requests of
-    random floats (client k's j-th of shape ``shape_of(k, j)``, binary and JSON in turn),
-    each answer checked against ``session`` (onnxruntime on the original model):
+    random floats (client k's j-th of shape ``shape_of(k, j)``; ``binary``: the tensors
+    binary, or JSON, or None: in turn), each answer checked against ``session``
+    (onnxruntime on the original model):
     (what went wrong, the rows of each request answered right)."""
     import threading
 
@@ -156,7 +172,7 @@ def ask_concurrently(url: str, session, shape_of, clients: int, requests: int, *
         for j in range(requests):
             x = rng.standard_normal(shape_of(k, j)).astype(np.float32)
             inp = InferInput(x_name, list(x.shape), "FP32")
-            inp.set_data_from_numpy(x, binary_data=(j % 2 == 0))
+            inp.set_data_from_numpy(x, binary_data=(j % 2 == 0) if binary is None else binary)
             try:
                 got = c.infer(name, [inp]).as_numpy(y_name)
                 np.testing.assert_allclose(got, session.run(None, {x_name: x})[0], rtol=rtol, atol=atol)

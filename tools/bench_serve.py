@@ -278,11 +278,17 @@ def plot(rows: list[dict], path: Path) -> None:
                     "<h3>onnxsplit serve: p50 latency against throughput (closed loop)</h3>" + "".join(parts) + "\n")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def model_parser(doc: str) -> argparse.ArgumentParser:
+    """A tool's arguments so far: the model and the range its parts are exported for."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", type=Path)
     ap.add_argument("--input-shape", action="append", required=True, metavar="NAME=DIMS",
                     help="a range, dimension 0 the batch: x=1..8x64 (repeat per input)")
+    return ap
+
+
+def main() -> int:
+    ap = model_parser(__doc__)
     ap.add_argument("--requests", type=int, default=400, help="requests per point (default 400)")
     ap.add_argument("--concurrency", default="1,4,16,32", help="closed-loop clients, comma-separated")
     ap.add_argument("--rates", default="", help="open-loop requests per second, comma-separated (default none)")
