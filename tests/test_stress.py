@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from test_batching import FakeParts, gateway, http, infer_body, model, within
 
@@ -51,6 +53,31 @@ def test_the_gateway_holds_what_its_limits_allow_and_answers_503_beyond(batching
                                                    "try again later"}
     assert parts.most_running <= 2 or batching  # (a batch carries several requests in one run)
     assert after.status_code == 200 and g.held == 0
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)  # the same cases in CI
+@given(ongoing=st.integers(1, 4), queued=st.integers(0, 4), burst=st.integers(1, 14), batching=st.booleans(),
+       delay=st.sampled_from([0.0, 0.002, 0.01]))
+def test_any_burst_is_taken_up_to_the_limits_and_each_taken_request_gets_its_own_answer(
+        ongoing, queued, burst, batching, delay):
+    """Property: a burst arriving at once is taken up to max_ongoing + max_queued, the
+    rest answered 503 (none lost, none answered twice); each request taken gets its own
+    rows; the gateway ends holding nothing and serves the next."""
+    parts = FakeParts(delay=delay)
+    xs = [np.random.default_rng(k).standard_normal((1 + k % 3, 4)).astype(np.float32) for k in range(burst)]
+
+    async def go():
+        g = gateway(parts, batching, max_ongoing=ongoing, max_queued=queued)
+        answers = await asyncio.gather(*(g(http("POST", "/v2/models/m/infer", infer_body(x))) for x in xs))
+        return g, answers, await g(http("POST", "/v2/models/m/infer", infer_body(xs[0])))
+
+    g, answers, after = within(go())
+    taken = min(burst, ongoing + queued)
+    assert [a.status_code for a in answers] == [200] * taken + [503] * (burst - taken)
+    for x, a in zip(xs, answers[:taken]):
+        out = {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"]) for o in json.loads(a.body)["outputs"]}
+        np.testing.assert_allclose(out["y"], model({"x": x})["y"], rtol=1e-5)
+    assert g.held == 0 and after.status_code == 200
 
 
 def test_time_waiting_for_a_turn_counts_toward_the_request_timeout():
