@@ -23,6 +23,30 @@ from test_batching import FakeParts, gateway, http, infer_body, model, within
 CPU = "CPUExecutionProvider"
 
 
+def split_mlp(tmp_path, batch: int, width: int):
+    """A small MLP and its parts on two CPU devices, one thread each."""
+    from onnx_models import mlp
+    from onnxsplit.export import export
+    from onnxsplit.graph import OpGraph
+
+    model_path = mlp(tmp_path / "m.onnx", layers=4, batch=batch, width=width)
+    g = OpGraph.from_onnx(model_path)
+    names = [n.name for n in g.nodes]
+    parts = export(g, {n: "cpu0" if i < len(names) // 2 else "cpu1" for i, n in enumerate(names)},
+                   tmp_path / "parts", providers={"cpu0": CPU, "cpu1": CPU}, threads={"cpu0": 1, "cpu1": 1},
+                   plan={"objective": "throughput"}).out
+    return model_path, parts
+
+
+def reference(model_path):
+    """onnxruntime on the original model, one thread (the server has the other core)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(str(model_path), so, providers=[CPU])
+
+
 # ---- the gateway's own queue (no Ray: the parts' handles are fakes) ---------------------------------
 
 @pytest.mark.parametrize("batching", [True, False])
@@ -102,30 +126,6 @@ def test_time_waiting_for_a_turn_counts_toward_the_request_timeout():
 ray = pytest.importorskip("ray")
 httpclient = pytest.importorskip("tritonclient.http")
 from test_ray import forget_address, two_parts  # noqa: E402
-
-
-def split_mlp(tmp_path, batch: int, width: int):
-    """A small MLP and its parts on two CPU devices, one thread each."""
-    from onnx_models import mlp
-    from onnxsplit.export import export
-    from onnxsplit.graph import OpGraph
-
-    model_path = mlp(tmp_path / "m.onnx", layers=4, batch=batch, width=width)
-    g = OpGraph.from_onnx(model_path)
-    names = [n.name for n in g.nodes]
-    parts = export(g, {n: "cpu0" if i < len(names) // 2 else "cpu1" for i, n in enumerate(names)},
-                   tmp_path / "parts", providers={"cpu0": CPU, "cpu1": CPU}, threads={"cpu0": 1, "cpu1": 1},
-                   plan={"objective": "throughput"}).out
-    return model_path, parts
-
-
-def reference(model_path):
-    """onnxruntime on the original model, one thread (the server has the other core)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    return ort.InferenceSession(str(model_path), so, providers=[CPU])
 
 
 FLOOD = 48  # requests at once, 8 times what the server below holds
@@ -221,6 +221,33 @@ def _input(x):
 
 
 # ---- a node of a Ray cluster lost mid-run ------------------------------------------------------------
+
+def test_a_plan_lost_while_measured_ends_the_run_in_one_line(tmp_path):
+    """`run` measures the plan beside onnxruntime's sessions round after round: a part
+    lost in a later round (its node gone) fails the run with that part's one line, as a
+    failure while verifying does (it ended in a KeyError's traceback)."""
+    from onnxsplit.running.runner import Parts, RunError, run_parts
+
+    lost = "part part1_cpu1 on cpu1 (machine 'm2') was lost: The actor died because its node has died."
+
+    class LostLater(Parts):
+        """The parts, lost after the check and the first timed run."""
+        calls = 0
+
+        def run(self, feeds):
+            self.calls += 1
+            if self.calls > 2:
+                raise RunError(lost)
+            return super().run(feeds)
+
+        def stream(self, samples, depth=None, timeout_s=None):
+            raise RunError(lost)
+
+    model_path, parts = split_mlp(tmp_path, 4, 16)
+    with pytest.raises(RunError) as e:
+        run_parts(parts, loaded=LostLater(parts), samples=20, warmup=1)
+    assert str(e.value) == lost
+
 
 def test_a_node_lost_mid_run_ends_in_one_line_naming_the_part(tmp_path):
     """Parts pinned to two nodes of a Ray test cluster, samples streaming; the second node

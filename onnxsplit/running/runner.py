@@ -681,7 +681,8 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
     measurement of it (:func:`paired_order`), which ``beside`` keeps per session, so a
     ratio to the plan pairs figures taken seconds apart, not a round apart: on this
     shared 2-core machine identical copies of small_bert measured 0.87-1.23x apart in
-    turn and 0.94-1.03x in adjacent pairs (8 runs each)."""
+    turn and 0.94-1.03x in adjacent pairs (8 runs each).  Where the plan fails (a part,
+    or its node, lost), nothing more is measured: its error alone is returned."""
     got: dict[str, list[dict[str, float]]] = {name: [] for name in loaded}
     beside: dict[str, list[dict[str, float]]] = {name: [] for name in loaded}
     out: dict[str, dict[str, Any]] = {}
@@ -693,6 +694,8 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
             once = max(time.perf_counter() - t, 1e-6)
         except RunError as e:
             out[name] = {"error": str(e)}
+            if name == pair_with:
+                return {name: out[name]}
             continue
         per_round[name] = max(1, samples // max(rounds, 1),
                               min(MAX_ROUND_SAMPLES, int(timing.scale() * min_round_s / once)))
@@ -713,6 +716,8 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
                     got[name].append(measure_pipeline(loaded[name], feeds, per_round[name], warmup))
                 except RunError as e:
                     out[name] = {"error": str(e)}
+                    if name == pair_with:
+                        return {name: out[name]}
                     break
             else:
                 if len(group) == 2:  # the plan's measurement beside the other's
@@ -843,6 +848,8 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
                          accelerators=accelerators,
                          capacity_kb=int(budget / 1024) if budget else None, plan=parts, also=also)
         result["measured"] = base.pop("onnxsplit")
+        if "error" in result["measured"]:  # the plan itself failed while measured (a part, or
+            raise RunError(result["measured"]["error"])  # its node, lost): the run fails, in one line
         result["baselines"] = base
         result["ratios"] = paired_ratios(result["measured"], base)
         pred = result["predicted"] or {}
