@@ -151,7 +151,8 @@ def test_a_flooded_server_answers_503_and_keeps_every_request_it_took(tmp_path):
         start = threading.Barrier(FLOOD)
 
         def raw(k: int):
-            """The protocol's JSON, as any HTTP client sends it: (status, content type, body)."""
+            """The protocol's JSON, as any HTTP client sends it: (200, the output) or
+            (status, (content type, body))."""
             body = json.dumps({"id": f"r{k}", "inputs": [{"name": "x", "shape": [batch, width], "datatype": "FP32",
                                                           "data": xs[k].ravel().tolist()}]}).encode()
             req = urllib.request.Request(f"http://{url}/v2/models/mlp/infer", data=body, method="POST")
@@ -171,7 +172,9 @@ def test_a_flooded_server_answers_503_and_keeps_every_request_it_took(tmp_path):
             inp = _input(xs[k])
             start.wait()
             try:
-                return 200, client.infer("mlp", [inp], request_id=f"r{k}").as_numpy(y)
+                answer = client.infer("mlp", [inp], request_id=f"r{k}")
+                assert answer.get_response()["id"] == f"r{k}", answer.get_response()["id"]
+                return 200, answer.as_numpy(y)
             except InferenceServerException as e:
                 return int(e.status()), ("application/json", json.dumps({"error": e.message()}).encode())
 
@@ -213,6 +216,7 @@ def test_a_flooded_server_answers_503_and_keeps_every_request_it_took(tmp_path):
 
 
 def _input(x):
+    """``x`` as tritonclient's input 'x' (binary)."""
     from tritonclient.http import InferInput
 
     inp = InferInput("x", list(x.shape), "FP32")
