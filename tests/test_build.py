@@ -266,7 +266,8 @@ def test_several_inputs_bind_in_one_flag_as_in_repeated_ones(tiny, capsys, tmp_p
 
 @pytest.mark.parametrize("extra,words", [
     (["--input-shape", "input_ids:1x32"], ["bad --input-shape", "NAME=DIMS"]),
-    (["--input-shape", "input_ids=1x32"], ["unbound", "attention_mask"]),
+    # (no shape given: one given would bind attention_mask too, by its dimensions' names)
+    ([], ["unbound", "input_ids", "also unbound: attention_mask"]),
     ([*SHAPE_ARGS, "--devices", "MISSING"], ["cluster file", "does not exist"]),
     ([*SHAPE_ARGS, "--devices", "BAD"], ["devices[1] ('t4').memory_bandwidth"]),
     ([*SHAPE_ARGS, "--devices", "GOOD", "--accelerator", "tpu"], ["no device named 'tpu'"]),

@@ -68,8 +68,9 @@ def test_node_sum_tracks_whole_model(tiny, mlp_path):
     for method, band in (("in_graph", (0.8, 1.25)), ("alone", (0.6, 1.4))):
         # measured again once where the first is out of band: a busy moment moved one
         # whole-model median 3x (1.93 ms of nodes against 6.21 ms) in a full suite; a slip
-        # in the sums is out of band every time
-        for attempt in range(2):
+        # in the sums is out of band every time (three tries: beside a CPU-bound process the
+        # nodes timed alone measured 0.42 of the whole, twice)
+        for attempt in range(3):
             e = profile(mlp_path, cache=False, repeats=10, quiet=True, method=method).entries[0]
             ratio = e.node_sum_ms() / e.whole_model_ms["median"]
             if band[0] < ratio < band[1]:
@@ -345,7 +346,7 @@ def test_cli_profile_errors_are_one_line(tmp_path, capsys):
         (["profile", path, "--input-shape", "input_ids=1xb"], ["non-negative integers"]),
         (["profile", path, "--input-shape", "input_ids=1x8", "--input-shape", "input_ids=1x8"],
          ["twice"]),
-        (["profile", path, "--input-shape", "input_ids=1x8"], ["attention_mask", "--input-shape"]),
+        (["profile", path], ["attention_mask", "--input-shape"]),  # (input_ids=1x8 binds it by name)
         (["profile", path, "--input-shape", "nope=1x8"], ["nope", "not an input"]),
         (["profile", str(tmp_path / "missing.onnx")], ["does not exist"]),
     ]:
