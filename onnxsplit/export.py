@@ -342,8 +342,12 @@ def check_part(path: Path, what: str, ep: str = CPU_EP) -> None:
             if node.domain in _ONNX_DOMAINS:
                 node.domain = UNCHECKED_DOMAIN
         model.opset_import.add(domain=UNCHECKED_DOMAIN, version=1)
-        target = path.with_name(f".{path.name}.checked")
-        target.write_bytes(model.SerializeToString())
+        # a file of its own beside the part (its weights are found relative to it), made
+        # here, so the unlink below can only remove what this call wrote
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".checked", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(model.SerializeToString())
+        target = Path(name)
     try:
         onnx.checker.check_model(str(target))
     except Exception as e:

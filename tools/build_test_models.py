@@ -109,10 +109,17 @@ def export_genai(kind: str, out: Path) -> Path:
         tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         tf.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="t1", eos_token="t2",
                                    pad_token="t0", unk_token="t0").save_pretrained(hf)
-        shutil.rmtree(dest, ignore_errors=True)
+        built = Path(tmp) / "built"
         subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
-                        "-o", str(dest), "-p", "fp32", "-e", "cpu", "-c", str(Path(tmp) / "cache")],
+                        "-o", str(built), "-p", "fp32", "-e", "cpu", "-c", str(Path(tmp) / "cache")],
                        check=True, stdout=subprocess.DEVNULL)
+        # the new build takes dest's place only where dest is absent or an earlier build
+        # (its genai_config.json): a folder of the user's own is never removed
+        if dest.exists():
+            if not (dest / "genai_config.json").is_file():
+                raise SystemExit(f"{dest} exists and is not a model this tool built: not replaced")
+            shutil.rmtree(dest)
+        shutil.move(str(built), str(dest))
     with torch.no_grad():
         want = model.generate(torch.tensor([PROMPT]), max_new_tokens=24, do_sample=False,
                               pad_token_id=0)[0, len(PROMPT):].tolist()
