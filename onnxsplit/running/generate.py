@@ -312,6 +312,7 @@ def decode_step(model_path, context: int) -> tuple[dict[str, tuple[int, ...]], d
     import onnx
 
     from ..errors import ModelError
+    from ..shapes import dtype_name
 
     if context < 1:
         raise ModelError("--context must be at least 1 token")
@@ -324,7 +325,7 @@ def decode_step(model_path, context: int) -> tuple[dict[str, tuple[int, ...]], d
         dims = list(vi.type.tensor_type.shape.dim)
         specs.append({"name": vi.name, "dims": [d.dim_param or None for d in dims],
                       "shape": [d.dim_value if d.HasField("dim_value") else 1 for d in dims],
-                      "dtype": onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name})
+                      "dtype": dtype_name(vi.type.tensor_type.elem_type)})
     try:
         decoder = Decoder(specs, [o.name for o in m.graph.output])
     except RunError as e:
