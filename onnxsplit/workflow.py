@@ -131,7 +131,11 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     if not as_run:
         return Prepared(graph, cluster, acc, workload, seconds)
     t = time.perf_counter()
-    as_run, unopt = _calibrated(graph, known, cache, cluster, acc, workload, quiet, recalibrate)
+    as_run, unopt, refused = _calibrated(graph, known, cache, cluster, acc, workload, quiet, recalibrate)
+    if refused:  # (a provider that failed on the whole model: the workload without it)
+        known = replace(known, entries=tuple(refused.get(id(e), e) for e in known.entries))
+        workload = build_workload(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
+                                  activations=activations)
     seconds["calibrate"] = time.perf_counter() - t
     return Prepared(graph, cluster, acc, workload, seconds, as_run, unopt)
 
@@ -139,7 +143,10 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
 def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again: bool = False):
     """The calibration of each device kind (``calibrate``), measured here where the profile
     entry has none (or ``again``: the machine moved since; or a stale one,
-    :func:`calibrate.stale`) and the EP is present, and stored with the entry."""
+    :func:`calibrate.stale`) and the EP is present, and stored with the entry.  A provider
+    beside the CPU EP on its cores that fails on the whole model (OpenVINO compiling a
+    decoder's dynamic shapes) is refused as profiling refuses one: a note, its entry
+    marked ``refused`` (returned by the id of the entry it replaces), the plan without it."""
     cpu_entry, acc_entry = pick_entries(known, cluster.cpu, acc)
     present = available_providers()
     out: dict[str, Any] = {}
@@ -150,6 +157,7 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
     kinds = [("cpu", cpu_entry), ("acc", acc_entry)]
     kinds += [(ep, known.entry(ep, hardware=describe(ep))) for ep in cluster.cpu.shared_by]
     fresh = set()  # the kinds calibrated now
+    refused: dict[int, Any] = {}
     for kind, entry in kinds:
         if entry is None or entry.settings.get("refused"):
             continue  # (a provider that refused the model: planned without)
@@ -163,10 +171,21 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
             feeds = feeds if feeds is not None else input_feeds(graph)
             # in a fresh process, as `run` measures, apart from what profiling left in
             # this one (sessions, arenas, threads)
-            with isolated.Child() as child, progress.ticking(
-                    f"calibrating on {entry.execution_provider.removesuffix('ExecutionProvider')}", quiet):
-                record = child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds,
-                                    entry.execution_provider, model_bytes=model_bytes)
+            try:
+                with isolated.Child() as child, progress.ticking(
+                        f"calibrating on {entry.execution_provider.removesuffix('ExecutionProvider')}", quiet):
+                    record = child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds,
+                                        entry.execution_provider, model_bytes=model_bytes)
+            except OnnxsplitError as e:
+                if kind in ("cpu", "acc"):
+                    raise
+                why = f"{entry.execution_provider} failed on the whole model: {' '.join(str(e).split())[:300]}"
+                # (said even where progress is not: the user should know what was left out)
+                print(f"onnxsplit: note: {why}; planning without it", file=sys.stderr, flush=True)
+                refused[id(entry)] = replace(entry, settings={**entry.settings, "refused": why})
+                store = store or ProfileFile.load(cache)
+                store.put(refused[id(entry)])
+                continue
             store = store or ProfileFile.load(cache)
             store.put(replace(entry, as_run=record))
             fresh.add(kind)
@@ -201,7 +220,7 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
             store.save()
         except OSError:
             pass  # a read-only cache: the calibration is used, just not kept
-    return out, unopt
+    return out, unopt, refused
 
 
 def _check_total_memory(workload, cluster, accs) -> None:

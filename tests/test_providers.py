@@ -171,6 +171,34 @@ def test_a_model_openvino_refuses_is_planned_without_it(tmp_path, capsys, monkey
     assert "OpenVINO refused" not in capsys.readouterr().err  # (the cache remembers)
 
 
+@needs_openvino
+def test_a_provider_failing_on_the_whole_model_is_planned_without(tmp_path, capsys, monkeypatch):
+    """Profiled at the planned shape, OpenVINO compiles onnxruntime-genai's decoder with its
+    dynamic dims and fails when calibrated (ScatterUpdate past its axis, OpenVINO 2026.4):
+    a note in one line, the plan without it, the refusal stored.  (Where it calibrates,
+    its calibration is kept and it is weighed.)"""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = Path(__file__).parent / "data" / "llama_tiny_genai" / "model.onnx"
+    assert main([str(model), "--context", "16", "--out", str(tmp_path / "p"), "--json"]) == 0
+    cap = capsys.readouterr()
+    result = json.loads(cap.out)
+    assert result["verify"]["ok"]
+    notes = [line for line in cap.err.splitlines() if "failed on the whole model" in line]
+    entries = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())["entries"]
+    ov = [e for e in entries if e["device"]["execution_provider"] == openvino.RUNTIME]
+    assert len(ov) == 1
+    if notes:
+        assert len(notes) == 1 and notes[0].startswith("onnxsplit: note: OpenVINORuntime failed") \
+            and notes[0].endswith("planning without it")
+        assert "failed on the whole model" in ov[0]["settings"]["refused"]
+        assert result["execution"].get("provider") is None
+        assert all("OpenVINO" not in c["what"] for c in result["plan"]["details"]["candidates"])
+        assert main([str(model), "--context", "16", "--out", str(tmp_path / "q"), "--json"]) == 0
+        assert "OpenVINORuntime" not in capsys.readouterr().err  # (the cache remembers)
+    else:
+        assert ov[0]["as_run"]["default"]["latency_ms"] > 0
+
+
 def halves_plan(tmp_path, monkeypatch, capsys, second: str, **execution):
     """An MLP split by the main command, and its plan.json edited into tmp_path/plan.json:
     the first half of the nodes on cpu0, the rest on ``second``, one thread each.  (The
