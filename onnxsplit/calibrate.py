@@ -16,6 +16,7 @@ Write-up: docs/machine.md (Calibration).
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -161,7 +162,10 @@ def measure_loaded(named: Mapping[str, Any], feeds: Mapping[str, Any]) -> dict[s
     come up to speed, as they have by the time `run` measures); the first runs say how
     many samples fill TARGET_S.  Where the rounds
     of a configuration spread wider than SPREAD_AGAIN, all are measured again (at most
-    AGAIN times) and the measurement whose widest spread is least is kept."""
+    AGAIN times) and the measurement whose widest spread is least is kept.  Rounds
+    shortened by the timing scale F spread wider by their shortness alone (noise over
+    a round falls as the square root of its length): the bound is SPREAD_AGAIN / sqrt(F),
+    so that a shortened calibration is not measured twice for being short."""
     from .running.runner import Parts, measure_rounds
 
     loaded = {k: v for k, v in named.items() if isinstance(v, Parts)}
@@ -183,7 +187,7 @@ def measure_loaded(named: Mapping[str, Any], feeds: Mapping[str, Any]) -> dict[s
             got = measure_rounds(loaded, feeds, samples, warmup=1, rounds=ROUNDS,
                                  min_round_s=ROUND_S)
             tries.append((widest_spread(got), got))
-            if tries[-1][0] <= SPREAD_AGAIN:
+            if tries[-1][0] <= SPREAD_AGAIN / math.sqrt(f):  # (shorter rounds spread wider)
                 break
         spread, best = min(tries, key=lambda x: x[0])
         for k, v in best.items():

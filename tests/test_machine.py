@@ -824,7 +824,9 @@ def test_a_calibration_whose_rounds_spread_wide_is_measured_again(tmp_path, monk
     again, and the narrower one kept, with how wide it was and how many tries it took;
     a narrow first one is kept at once."""
     from onnxsplit.running import runner
+    from onnxsplit.running.timing import SCALE_ENV
 
+    monkeypatch.setenv(SCALE_ENV, "1")  # (rounds of a user's length: the bound as it stands)
     model = mlp(tmp_path / "m.onnx", layers=1, batch=2, width=8)
     feeds = {"x": np.ones((2, 8), np.float32)}
     calls = []
@@ -838,6 +840,7 @@ def test_a_calibration_whose_rounds_spread_wide_is_measured_again(tmp_path, monk
                 for k in loaded}
 
     monkeypatch.setattr(runner, "measure_rounds", fake)
+    monkeypatch.setattr(cal, "runner_costs", dict)  # (not what is judged here)
     rec = cal.calibrate(model, feeds, "CPUExecutionProvider", cores=1)
     assert len(calls) >= 2 and calls[0] == calls[1]  # the same configurations, again
     assert rec["default"]["tries"] == 2 and rec["default"]["spread"] == pytest.approx(0.04)
@@ -846,3 +849,10 @@ def test_a_calibration_whose_rounds_spread_wide_is_measured_again(tmp_path, monk
     monkeypatch.setattr(cal, "SPREAD_AGAIN", 0.7)
     rec = cal.calibrate(model, feeds, "CPUExecutionProvider", cores=1)
     assert rec["default"]["tries"] == 1 and rec["default"]["spread"] == pytest.approx(0.6)
+    # rounds a quarter as long (ONNXSPLIT_TIMING_SCALE=0.25) spread twice as wide by their
+    # shortness alone: the bound doubles with them
+    monkeypatch.setenv(SCALE_ENV, "0.25")
+    for bound, tries in ((0.25, 2), (0.35, 1)):  # (0.6 against 0.5, then against 0.7)
+        calls.clear()
+        monkeypatch.setattr(cal, "SPREAD_AGAIN", bound)
+        assert cal.calibrate(model, feeds, "CPUExecutionProvider", cores=1)["default"]["tries"] == tries
