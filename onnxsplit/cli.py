@@ -584,6 +584,7 @@ def _generate(args) -> int:
         print(json.dumps(r))
         return 1 if bad else 0
     print(f"{r['parts_dir']}: {r['parts']} part(s) on {', '.join(r['devices'])}")
+    print(f"caches: {r['caches']}")
     print(f"generated {len(r['tokens'])} token(s): {' '.join(map(str, r['tokens']))}")
     if "check" in r:
         c = r["check"]

@@ -70,6 +70,8 @@ def test_the_parts_generate_what_the_model_does(split, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["tokens"] == want
     assert r["check"]["ok"] and r["check"]["max_rel_logit_error"] <= gen.LOGIT_TOL
+    assert r["caches"] == ("handed from step to step (cache 'past_key_values.0.key' is not read by a "
+                           "GroupQueryAttention)")  # (Optimum's layout: past and present apart)
     for who in ("onnxsplit", "onnxruntime"):
         rates = r["rates"][who]
         assert rates["prefill_tokens_per_s"] > 0 and rates["decode_tokens_per_s"] > 0
@@ -244,9 +246,36 @@ def test_an_onnxruntime_genai_model_split_in_two_generates_beside_onnxruntime_ge
                  "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["parts"] == 2 and r["check"]["ok"] and r["prefill_chunk"] == 1 and len(r["tokens"]) == 12
+    assert r["caches"].startswith("in place")  # (GroupQueryAttention: one buffer a cache, kv_cache)
+    # the same parts with each cache bound in place, the prompt in one call and then 30
+    # steps: the whole model's tokens, each step's logits within LOGIT_TOL of its own
+    from onnxsplit.running import kv_cache
+    from onnxsplit.running.runner import Parts
+
+    p = Parts(parts)
+    decoder = gen.Decoder(p.manifest["model"]["inputs"], p.output_names)
+    prompt = [5, 17, 33, 99, 2, 71]
+    shared = kv_cache.SharedCaches(p, decoder.caches, decoder.specs,
+                                   {c: decoder.seq_axis(c) for c in decoder.caches}, len(prompt) + 30)
+    mine = gen.generate(shared.run, decoder, prompt, 30, keep_logits=True)
+    theirs = gen.generate(gen.whole_model_run(model), decoder, prompt, 30, keep_logits=True)
+    assert mine.tokens == theirs.tokens and len(set(theirs.tokens)) > 5
+    for a, b in zip(mine.logits, theirs.logits):
+        assert np.max(np.abs(a - b)) <= gen.LOGIT_TOL * np.max(np.abs(b))
+    again = gen.generate(shared.run, decoder, prompt[:3], 10)  # (the buffers reused: what is past them unread)
+    assert again.tokens == gen.generate(gen.whole_model_run(model), decoder, prompt[:3], 10).tokens
     import importlib.util
 
     if importlib.util.find_spec("onnxruntime_genai") is None:
         assert r["genai"] == "onnxruntime-genai is not installed"
     else:
         assert r["rates"]["onnxruntime_genai"]["decode_tokens_per_s"] > 0 and r["genai_tokens_equal"]
+
+
+def test_serve_says_it_answers_a_decoder_one_forward_pass_at_a_time(split):
+    """`serve` does not generate: for a decoder's parts it says so before serving."""
+    model, parts = split
+    manifest = json.loads((parts / "manifest.json").read_text())
+    note = gen.serve_note(manifest["model"])
+    assert note is not None and "generation requests (token ids in, token ids out) are not served" in note
+    assert gen.serve_note({"inputs": [{"name": "x"}], "outputs": [{"name": "y"}]}) is None

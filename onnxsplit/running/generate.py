@@ -8,10 +8,11 @@ them), each layer's ``past_key_values.N.key/value``; outputs ``logits`` and
 with ``present.X``), and its sequence dimension is the one the model names for the past
 (``past_sequence_length``), else the second to last.
 
-The parts run as :class:`runner.Parts` runs them: each part's caches are its own inputs
-and outputs, so each stays with the part that made it between steps -- on the CPU's
-cores, as the arrays a part's session returned (a part on an accelerator would hand them
-through the host: not built).  The same loop over the original model, in onnxruntime's
+Each part's caches are its own inputs and outputs, so each stays with the part that made
+it between steps.  Where the attention takes past and present in one buffer
+(onnxruntime-genai's layout), each cache is one buffer bound in place on its part's device
+(:mod:`kv_cache`); otherwise the parts run as :class:`runner.Parts` runs them, each cache
+the array a part's session returned, fed back the next step.  The same loop over the original model, in onnxruntime's
 default session, is the baseline (:func:`whole_model_run`), and must give the same tokens.
 
 Write-up: docs/generate.md.
@@ -27,6 +28,7 @@ import numpy as np
 
 from .. import ranges
 from ..errors import RunError
+from . import kv_cache
 
 PAST_PREFIXES = ("past_key_values.", "past.")
 # the parts' last-position logits may differ from the whole model's by this much, relative
@@ -124,6 +126,18 @@ class Decoder:
             shape[self.seq_axis(name)] = seen
             out[name] = tuple(shape)
         return out
+
+
+def serve_note(model: Mapping[str, Any]) -> str | None:
+    """What ``serve`` says of a decoder's parts (the manifest's ``model``): it answers one
+    forward pass a request; generation is not served.  None for other models."""
+    try:
+        Decoder(model["inputs"], [o["name"] for o in model["outputs"]])
+    except (RunError, KeyError, TypeError):
+        return None
+    return ("the parts are a decoder with past: each request is one forward pass (its caches in, "
+            "its presents out); generation requests (token ids in, token ids out) are not served "
+            "(`onnxsplit generate PARTS` generates)")
 
 
 def check_lengths(decoder: Decoder, shape_range: Mapping[str, Any] | None, prompt_len: int,
@@ -241,9 +255,18 @@ def run_generation(parts_dir, prompt: Sequence[int], max_new_tokens: int, *, eos
     model = parts.manifest["model"]
     decoder = Decoder(model["inputs"], [o["name"] for o in model["outputs"]])
     chunk = check_lengths(decoder, model.get("shape_range"), len(prompt), max_new_tokens)
-    runners: dict[str, tuple[Any, int | None]] = {"onnxsplit": (parts.run, chunk)}
+    why = kv_cache.shared_caches(parts, decoder.caches)
+    if why is None:  # (each cache one buffer, in place: kv_cache)
+        run = kv_cache.SharedCaches(parts, decoder.caches, decoder.specs,
+                                    {c: decoder.seq_axis(c) for c in decoder.caches},
+                                    len(prompt) + max_new_tokens).run
+        caches = "in place: one buffer each, past and present (IOBinding)"
+    else:
+        run, caches = parts.run, f"handed from step to step ({why})"
+    runners: dict[str, tuple[Any, int | None]] = {"onnxsplit": (run, chunk)}
     result: dict[str, Any] = {"parts_dir": str(parts_dir), "prompt": list(prompt), "parts": len(parts.parts),
-                              "devices": parts.devices, "prefill_chunk": chunk, "rounds": rounds}
+                              "devices": parts.devices, "prefill_chunk": chunk, "rounds": rounds,
+                              "caches": caches}
     if baseline:
         runners["onnxruntime"] = (whole_model_run(model["path"]), None)
     for run, c in runners.values():

@@ -31,6 +31,7 @@ from typing import Any
 from .. import interrupt, ranges
 from .batching import Batcher, Options, Stats, Timeout, batch_dimension
 from .batching import options as batch_options
+from .generate import serve_note
 from .kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata, request_id
 from .ray_engine import PartActor, actor_plans, ray_module, ship_parts, start, stop
 from .runner import RunError, read_manifest, session_spec
@@ -268,6 +269,9 @@ def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0
                                  preferred_batch_size=preferred_batch_size or ())
     if request_timeout_ms is not None and request_timeout_ms <= 0:
         raise RunError(f"--request-timeout-ms must be at least 1, got {request_timeout_ms}")
+    note = serve_note(manifest["model"])
+    if note and not quiet:
+        print(f"onnxsplit: note: {note}", file=sys.stderr, flush=True)
     proxy_env = {k: v for k, v in PROXY_ENV.items() if k not in os.environ} if address is None else {}
     started = start(address)
     logging.getLogger("ray.serve").setLevel(logging.ERROR)  # its progress notes are not the user's
