@@ -247,6 +247,9 @@ def _parser() -> argparse.ArgumentParser:
                          "decoding step with N tokens in context (its KV cache counted on each part's "
                          "device), and make the parts for every step up to it, for onnxsplit generate "
                          "(instead of --input-shape)")
+    sp.add_argument("--prefill", type=_at_least(1), metavar="C",
+                    help="with --context: the parts take up to C prompt tokens in one call (default: "
+                         "128, at most N); a longer prompt is prefilled C tokens a call")
     sp.add_argument("--pin", action="append", default=[], metavar="REGEX=DEVICE",
                     help="keep operators whose name contains REGEX (or whose op type is REGEX) on "
                          "DEVICE: cpu, or the accelerator (e.g. 'Shape|Gather=cpu'); repeatable")
@@ -415,13 +418,17 @@ def _split(args) -> int:
 
     shapes, shape_range = api.parse_input_ranges(args.input_shape)
     objective = args.objective or "throughput"
+    if args.prefill is not None and args.context is None:
+        from .errors import OnnxsplitError
+
+        raise OnnxsplitError("--prefill goes with --context")
     if args.context is not None:
         from .errors import OnnxsplitError
         from .running.generate import decode_step
 
         if args.input_shape:
             raise OnnxsplitError("give --context or --input-shape, not both")
-        shapes, shape_range = decode_step(args.model, args.context)
+        shapes, shape_range = decode_step(args.model, args.context, args.prefill)
         objective = args.objective or "latency"
     result = split(args.model, args.out, devices=args.devices, objective=objective,
                    input_shapes=shapes, shape_range=shape_range, pins=args.pin,

@@ -204,7 +204,9 @@ def test_context_plans_a_decoding_step_with_its_kv_cache_against_memory(tmp_path
         r = json.loads(capsys.readouterr().out)
         assert r["plan"]["objective"] == "latency"
         assert r["model"]["input_shapes"]["past_key_values.3.value"] == [1, HEADS, context - 1, 128]
-        assert r["model"]["shape_range"]["attention_mask"] == [[1, 1], [1, context]]
+        # (a prompt of up to 128 tokens a call, after as many as N - 1: gen.PREFILL)
+        assert r["model"]["shape_range"]["input_ids"] == [[1, 1], [1, min(gen.PREFILL, context)]]
+        assert r["model"]["shape_range"]["attention_mask"] == [[1, 1], [1, context + min(gen.PREFILL, context) - 1]]
         plan = json.loads((out / "plan.json").read_text())["assignment"]
         on_cpu[context] = sorted(k for k in caches if plan[k] == "cpu0")
         assert sum(d == "acc0" for d in plan.values()) > 0, (context, r["plan"]["details"].get("why"), r["plan"]["details"].get("candidates"))
@@ -213,10 +215,12 @@ def test_context_plans_a_decoding_step_with_its_kv_cache_against_memory(tmp_path
     assert main(["generate", str(tmp_path / "p8192"), "--prompt", "3,7,11,5", "--max-new-tokens", "8",
                  "--fallback-cpu", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["tokens"] == reference(model, PROMPT, 8, dim=128) and r["check"]["ok"] and r["prefill_chunk"] == 1
-    # --context with shapes, or on a model without caches: one line
+    assert r["tokens"] == reference(model, PROMPT, 8, dim=128) and r["check"]["ok"] and r["prefill_chunk"] == 4
+    # --context with shapes, --prefill without --context, or on a model without caches: one line
     assert main([str(model), "--context", "8", "--input-shape", "input_ids=1x1", "--out", str(tmp_path / "x")]) == 2
     assert "give --context or --input-shape, not both" in capsys.readouterr().err
+    assert main([str(model), "--prefill", "4", "--input-shape", "input_ids=1x1", "--out", str(tmp_path / "x")]) == 2
+    assert "--prefill goes with --context" in capsys.readouterr().err
     from onnx_models import mlp
 
     assert main([str(mlp(tmp_path / "m.onnx", layers=1, batch=2, width=8)), "--context", "8",
@@ -233,8 +237,17 @@ def test_an_onnxruntime_genai_model_split_in_two_generates_beside_onnxruntime_ge
     from pathlib import Path
 
     model = Path(__file__).parent / "data" / "llama_tiny_genai" / "model.onnx"
-    planned, span = gen.decode_step(model, 96)
-    assert planned["past_key_values.1.value"] == (1, 2, 95, 16) and span["attention_mask"] == [(1, 1), (1, 96)]
+    planned, span = gen.decode_step(model, 96, prefill=8)
+    assert planned["past_key_values.1.value"] == (1, 2, 95, 16) and span["attention_mask"] == [(1, 1), (1, 103)]
+    assert span["input_ids"] == [(1, 1), (1, 8)] and span["past_key_values.1.value"][2] == (0, 95)
+    # the model's 512 positions (genai_config.json): a context of 512 leaves room for one
+    # token a call after 511; beyond them, one line
+    assert gen.decode_step(model, 512)[1]["input_ids"] == [(1, 1), (1, 1)]
+    assert gen.decode_step(model, 500)[1]["attention_mask"] == [(1, 1), (1, 512)]
+    from onnxsplit.errors import ModelError
+
+    with pytest.raises(ModelError, match="--context 600 is longer than the model's 512 positions"):
+        gen.decode_step(model, 600)
     g = OpGraph.from_onnx(model, planned)
     names = [n.name for n in g.nodes]
     second = names.index(next(n for n in names if "layers.1" in n))
@@ -245,7 +258,13 @@ def test_an_onnxruntime_genai_model_split_in_two_generates_beside_onnxruntime_ge
     assert main(["generate", str(parts), "--prompt", "5,17,33,99", "--max-new-tokens", "12", "--rounds", "1",
                  "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["parts"] == 2 and r["check"]["ok"] and r["prefill_chunk"] == 1 and len(r["tokens"]) == 12
+    assert r["parts"] == 2 and r["check"]["ok"] and r["prefill_chunk"] == 4 and len(r["tokens"]) == 12
+    # a prompt longer than the 8 tokens a call the parts were made for: in calls of 8
+    prompt = ",".join(str(3 + (5 * i) % 200) for i in range(19))
+    assert main(["generate", str(parts), "--prompt", prompt, "--max-new-tokens", "6", "--rounds", "1",
+                 "--json"]) == 0
+    long = json.loads(capsys.readouterr().out)
+    assert long["prefill_chunk"] == 8 and long["check"]["ok"] and long["check"]["first_difference"] is None
     assert r["caches"].startswith("in place")  # (GroupQueryAttention: one buffer a cache, kv_cache)
     # the same parts with each cache bound in place, the prompt in one call and then 30
     # steps: the whole model's tokens, each step's logits within LOGIT_TOL of its own

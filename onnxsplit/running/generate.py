@@ -313,25 +313,36 @@ def whole_model_run(model_path):
     return lambda feeds: dict(zip(names, sess.run(None, feeds)))
 
 
-def _genai_head_size(model_path) -> int | None:
-    """The caches' last dimension, which onnxruntime-genai's builder leaves unfixed, from
-    the ``genai_config.json`` beside the model (``model.decoder.head_size``)."""
+PREFILL = 128  # --context's parts take a prompt of up to this many tokens in one call
+
+
+def _genai_config(model_path, *keys: str) -> int | None:
+    """A number from the ``genai_config.json`` beside the model (onnxruntime-genai's
+    builder writes it), e.g. ``model.decoder.head_size``: the caches' last dimension, which
+    the builder leaves unfixed; None where there is none."""
     import json
     from pathlib import Path
 
     try:
-        config = json.loads((Path(model_path).parent / "genai_config.json").read_text())
-        return int(config["model"]["decoder"]["head_size"])
+        value: Any = json.loads((Path(model_path).parent / "genai_config.json").read_text())
+        for k in keys:
+            value = value[k]
+        return int(value)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def decode_step(model_path, context: int) -> tuple[dict[str, tuple[int, ...]], dict[str, list[tuple[int, int]]]]:
+def decode_step(model_path, context: int, prefill: int | None = None
+                ) -> tuple[dict[str, tuple[int, ...]], dict[str, list[tuple[int, int]]]]:
     """``--context N``: the shapes of one decoding step at a context of N tokens (batch 1,
     one new token, N - 1 in the caches), where the plan is made -- each part's caches are
-    then counted at their full length on its device -- and the range from the first step
-    (an empty past) to that one, which the parts are made and checked for.  The prompt is
-    then prefilled a token a call (:func:`check_lengths`)."""
+    then counted at their full length on its device -- and the range the parts are made and
+    checked for: from the first step (an empty past) to that one, with up to ``prefill``
+    tokens a call (``--prefill``; PREFILL by default, at most N).  The range's largest
+    corner is then ``prefill`` tokens after N - 1 (its mask N + prefill - 1 long), a shape
+    a generation could reach; where the model's positions end before it (onnxruntime-genai's
+    ``context_length``), fewer tokens a call.  A prompt longer than ``prefill`` is
+    prefilled in calls of that many (:func:`check_lengths`)."""
     import onnx
 
     from ..errors import ModelError
@@ -339,6 +350,15 @@ def decode_step(model_path, context: int) -> tuple[dict[str, tuple[int, ...]], d
 
     if context < 1:
         raise ModelError("--context must be at least 1 token")
+    if prefill is not None and prefill < 1:
+        raise ModelError("--prefill must be at least 1 token")
+    positions = _genai_config(model_path, "model", "context_length")
+    if positions is not None and context > positions:
+        raise ModelError(f"--context {context} is longer than the model's {positions} positions "
+                         "(genai_config.json's context_length)")
+    chunk = min(prefill or PREFILL, context)
+    if positions is not None:
+        chunk = max(1, min(chunk, positions - context + 1))
     m = onnx.load(str(model_path), load_external_data=False)
     weights = {t.name for t in m.graph.initializer}
     specs = []
@@ -353,7 +373,7 @@ def decode_step(model_path, context: int) -> tuple[dict[str, tuple[int, ...]], d
         decoder = Decoder(specs, [o.name for o in m.graph.output])
     except RunError as e:
         raise ModelError(f"--context needs a decoder with past: {e}") from None
-    head = _genai_head_size(model_path)
+    head = _genai_config(model_path, "model", "decoder", "head_size")
     for name in decoder.caches:
         spec = decoder.specs[name]
         axis = decoder.seq_axis(name)
@@ -366,5 +386,6 @@ def decode_step(model_path, context: int) -> tuple[dict[str, tuple[int, ...]], d
                              f"the model does not fix; give the caches' shapes with --input-shape instead")
     planned = decoder.shapes(1, context - 1)
     first = decoder.shapes(1, 0)
-    span = {k: [(a, b) for a, b in zip(first[k], planned[k])] for k in planned}
+    last = decoder.shapes(chunk, context - 1)
+    span = {k: [(a, b) for a, b in zip(first[k], last[k])] for k in planned}
     return planned, span
