@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 import onnx
 from onnx import AttributeProto, TensorProto
 
-from . import interrupt, progress, ranges
+from . import genai_config, interrupt, progress, ranges
 from .errors import OnnxsplitError, SplitError
 from .graph import OpGraph, subgraphs
 from .profile.devices import CPU_EP
@@ -273,6 +273,11 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         for name, text in (files or {}).items():
             (staging / name).write_text(text)
+        genai = genai_config.pipeline_config(graph.path, manifest)
+        if genai is not None:  # (a decoder onnxruntime-genai's builder wrote: it runs the parts too)
+            (staging / genai_config.FILE).write_text(json.dumps(genai, indent=1) + "\n")
+            for f in genai_config.tokenizer_files(graph.path):
+                shutil.copyfile(f, staging / f.name)
         if not weights.count:
             (staging / WEIGHTS).unlink()
         umask = os.umask(0)
@@ -450,7 +455,8 @@ def _configure_devices(model: onnx.ModelProto, parts: list[Part], pipelined: boo
 # the files onnxsplit writes into a parts folder: --force replaces a folder holding these
 # (and a manifest) and nothing else
 _MADE = re.compile(r"^(part\d+_[A-Za-z0-9_.-]+\.onnx|weights\.bin|manifest\.json|plan\.json|"
-                   r"annotated\.onnx|session\.json|report\.html)$")
+                   r"annotated\.onnx|session\.json|report\.html|genai_config\.json|"
+                   + "|".join(re.escape(f) for f in genai_config.TOKENIZER_FILES) + r")$")
 
 
 def _writable_parent(out: Path) -> None:

@@ -72,6 +72,7 @@ def test_the_parts_generate_what_the_model_does(split, capsys):
     assert r["check"]["ok"] and r["check"]["max_rel_logit_error"] <= gen.LOGIT_TOL
     assert r["caches"] == ("handed from step to step (cache 'past_key_values.0.key' is not read by a "
                            "GroupQueryAttention)")  # (Optimum's layout: past and present apart)
+    assert not (parts / "genai_config.json").exists()  # (no onnxruntime-genai config beside the model)
     for who in ("onnxsplit", "onnxruntime"):
         rates = r["rates"][who]
         assert rates["prefill_tokens_per_s"] > 0 and rates["decode_tokens_per_s"] > 0
@@ -259,6 +260,7 @@ def test_an_onnxruntime_genai_model_split_in_two_generates_beside_onnxruntime_ge
                  "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["parts"] == 2 and r["check"]["ok"] and r["prefill_chunk"] == 4 and len(r["tokens"]) == 12
+    import importlib.util
     # a prompt longer than the 8 tokens a call the parts were made for: in calls of 8
     prompt = ",".join(str(3 + (5 * i) % 200) for i in range(19))
     assert main(["generate", str(parts), "--prompt", prompt, "--max-new-tokens", "6", "--rounds", "1",
@@ -266,6 +268,29 @@ def test_an_onnxruntime_genai_model_split_in_two_generates_beside_onnxruntime_ge
     long = json.loads(capsys.readouterr().out)
     assert long["prefill_chunk"] == 8 and long["check"]["ok"] and long["check"]["first_difference"] is None
     assert r["caches"].startswith("in place")  # (GroupQueryAttention: one buffer a cache, kv_cache)
+    # the parts are also where onnxruntime-genai runs them: a pipeline of the two parts,
+    # and the tokenizer beside it; it generates the whole model's tokens through them
+    config = json.loads((parts / "genai_config.json").read_text())["model"]
+    assert config["type"] == "decoder-pipeline" and (parts / "tokenizer.json").is_file()
+    assert [list(stage)[0] for stage in config["decoder"]["pipeline"]] == ["part0_cpu0", "part1_cpu1"]
+    export(g, place, parts, providers={"cpu0": cpu, "cpu1": cpu}, force=True,  # (its own files: replaced)
+           threads={"cpu0": 1, "cpu1": 1}, plan={"objective": "latency"}, shape_range=span)
+    if importlib.util.find_spec("onnxruntime_genai") is not None:
+        import onnxruntime_genai as og
+
+        def genai_tokens(folder, prompt, n):
+            m = og.Model(str(folder))
+            params = og.GeneratorParams(m)
+            params.set_search_options(do_sample=False, max_length=len(prompt) + n, min_length=len(prompt) + n)
+            g = og.Generator(m, params)
+            g.append_tokens([prompt])
+            out = []
+            while not g.is_done():
+                g.generate_next_token()
+                out.append(int(g.get_next_tokens()[0]))
+            return out
+
+        assert genai_tokens(parts, [5, 17, 33, 99], 12) == r["tokens"] == genai_tokens(model.parent, [5, 17, 33, 99], 12)
     # the same parts with each cache bound in place, the prompt in one call and then 30
     # steps: the whole model's tokens, each step's logits within LOGIT_TOL of its own
     from onnxsplit.running import kv_cache
@@ -283,8 +308,6 @@ def test_an_onnxruntime_genai_model_split_in_two_generates_beside_onnxruntime_ge
         assert np.max(np.abs(a - b)) <= gen.LOGIT_TOL * np.max(np.abs(b))
     again = gen.generate(shared.run, decoder, prompt[:3], 10)  # (the buffers reused: what is past them unread)
     assert again.tokens == gen.generate(gen.whole_model_run(model), decoder, prompt[:3], 10).tokens
-    import importlib.util
-
     if importlib.util.find_spec("onnxruntime_genai") is None:
         assert r["genai"] == "onnxruntime-genai is not installed"
     else:
