@@ -32,10 +32,11 @@ def shared_caches(parts, caches: Mapping[str, str]) -> str | None:
     import onnx
 
     for i, p in enumerate(parts.parts):
-        mine = [c for c in caches if c in parts._input_names[i]]
+        inputs, outputs = parts.io(i)
+        mine = [c for c in caches if c in inputs]
         if not mine:
             continue
-        missing = [c for c in mine if caches[c] not in parts._out_names[i]]
+        missing = [c for c in mine if caches[c] not in outputs]
         if missing:
             return f"cache '{missing[0]}' is read by part {p['name']}, which does not make its present"
         graph = onnx.load(str(Path(parts.dir) / p["file"]), load_external_data=False).graph
@@ -67,7 +68,7 @@ class SharedCaches:
             device = ("cuda", int(p.get("device_id") or 0)) if cuda else ("cpu", 0)
             self.devices.append(device)
             self.bindings.append(sess.io_binding())
-            for past in (c for c in caches if c in parts._input_names[i]):
+            for past in (c for c in caches if c in parts.io(i)[0]):
                 shape = list(specs[past]["shape"])
                 shape[seq_axis[past]] = length
                 zeros = np.zeros(shape, dtype=specs[past].get("dtype", "float32"))
@@ -81,7 +82,8 @@ class SharedCaches:
             io = self.bindings[i]
             io.clear_binding_inputs()
             io.clear_binding_outputs()
-            for name in self.parts._input_names[i]:
+            inputs, outs = self.parts.io(i)
+            for name in inputs:
                 if name in self.buffers:
                     io.bind_ortvalue_input(name, self.buffers[name])
                 elif isinstance(values.get(name), np.ndarray):
@@ -90,7 +92,6 @@ class SharedCaches:
                     io.bind_ortvalue_input(name, values[name])
                 else:
                     raise RunError(f"part {p['name']} takes '{name}', which no part before it made")
-            outs = self.parts._out_names[i]
             for name in outs:
                 if name in presents:
                     io.bind_ortvalue_output(name, self.buffers[presents[name]])

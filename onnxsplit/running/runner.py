@@ -229,6 +229,10 @@ class Parts:
         return [{"name": i.name, "dtype": i.type, "shape": i.shape}
                 for i in self.sessions[0][0].get_inputs()]
 
+    def io(self, i: int) -> tuple[list[str], list[str]]:
+        """Part ``i``'s input and output names, in the order its session takes and gives them."""
+        return self._input_names[i], self._out_names[i]
+
     def workers(self, device: str) -> int:
         """How many samples ``device`` runs at once: its parts' largest replica count."""
         return max(len(s) for p, s in zip(self.parts, self.sessions) if p["device"] == device)
