@@ -102,7 +102,7 @@ def rss_mib(pid: int) -> float | None:
     return None
 
 
-def serve_in_background(parts_dir, ready_file, *args: str, name: str = "mlp", wait_s: float = 120.0):
+def serve_in_background(parts_dir, ready_file, *args: str, name: str = "mlp", wait_s: float = 330.0):
     """``onnxsplit serve PARTS`` started as a user's terminal would (Ctrl-C reaches it),
     waited for until it answers: (the process, its host:port).  A server not up within
     ``wait_s`` is stopped and the test fails with the end of its stderr."""

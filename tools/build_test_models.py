@@ -22,7 +22,9 @@ SkipSimplifiedLayerNormalization (com.microsoft), SimplifiedLayerNormalization (
 domain), the KV cache as ``past_key_values.N.key/value`` in and ``present.N.*`` out.  Needs
 ``pip install onnxruntime-genai onnx-ir transformers tokenizers torch==2.13.0``.  Each is
 checked after the build: prefill and greedy decoding in plain onnxruntime give
-transformers' tokens (and onnxruntime-genai's).  The test decoder (0.5 MB) is rebuilt with
+transformers' tokens (and onnxruntime-genai's).  ``<llama size>_optimum`` is the same model
+in Optimum's layout (plain operators, ``position_ids`` in, past and new concatenated), by the
+dynamo exporter, checked the same way.  The test decoder (0.5 MB) is rebuilt with
 
     python tools/build_test_models.py tests/data --models llama_tiny_genai
 """
@@ -127,7 +129,71 @@ def export_genai(kind: str, out: Path) -> Path:
     return dest / "model.onnx"
 
 
-def check_decoder(folder: Path, want: list[int]) -> None:
+OPTIMUM_SUFFIX = "_optimum"
+
+
+def export_optimum(kind: str, out: Path) -> Path:
+    """The same random-weight Llama in Optimum's decoder-with-past layout (what
+    ``optimum-cli export onnx --task text-generation-with-past`` writes): plain operators,
+    inputs ``input_ids``, ``attention_mask``, ``position_ids`` and each layer's
+    ``past_key_values.N.key/value`` [batch, kv heads, past_sequence_length, head size],
+    outputs ``logits`` and ``present.N.key/value`` (past and new, concatenated), weights in
+    ``model.onnx.data`` beside OUT/<kind>/model.onnx (so a model over 2 GB is written too).
+    Exported by ``torch.onnx.export(dynamo=True)`` through a module that takes the caches
+    as tensors; checked as the builder's decoder is (:func:`check_decoder`)."""
+    import torch
+    import transformers as tf
+
+    size = LLAMA_SIZES[kind[:-len(OPTIMUM_SUFFIX)]]
+    layers, kv = size["num_hidden_layers"], size["num_key_value_heads"]
+    head = size["hidden_size"] // size["num_attention_heads"]
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(**size, max_position_embeddings=512, initializer_range=GENAI_INIT_RANGE,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+                         attn_implementation="eager")
+    model = tf.LlamaForCausalLM(cfg).eval()
+
+    class WithPast(torch.nn.Module):
+        """The caches as tensors in and out, in Optimum's order."""
+
+        def __init__(self, lm):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            cache = tf.DynamicCache(config=self.lm.config)
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            got = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          past_key_values=cache, use_cache=True, return_dict=True)
+            presents = []
+            for layer in got.past_key_values.layers:
+                presents += [layer.keys, layer.values]
+            return (got.logits, *presents)
+
+    names = [f"past_key_values.{i}.{w}" for i in range(layers) for w in ("key", "value")]
+    batch, seq = torch.export.Dim("batch", max=64), torch.export.Dim("sequence_length", max=512)
+    past_len = torch.export.Dim("past_sequence_length", max=511)
+    past, new = 4, 3
+    args = (torch.randint(3, cfg.vocab_size, (1, new)), torch.ones(1, past + new, dtype=torch.int64),
+            torch.arange(past, past + new)[None], *[torch.zeros(1, kv, past, head) for _ in names])
+    dynamic = [{0: batch, 1: seq}, {0: batch, 1: past_len + seq}, {0: batch, 1: seq},
+               *[{0: batch, 2: past_len} for _ in names]]
+    dest = out / kind
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / "model.onnx"
+    with torch.no_grad():
+        torch.onnx.export(WithPast(model), args, str(path), dynamo=True, external_data=True,
+                          input_names=["input_ids", "attention_mask", "position_ids", *names],
+                          output_names=["logits", *[n.replace("past_key_values", "present") for n in names]],
+                          dynamic_shapes=dynamic, optimize=True, verbose=False)
+        want = model.generate(torch.tensor([PROMPT]), max_new_tokens=24, do_sample=False,
+                              pad_token_id=0)[0, len(PROMPT):].tolist()
+    check_decoder(dest, want, heads=(kv, head))
+    return path
+
+
+def check_decoder(folder: Path, want: list[int], heads: tuple[int, int] | None = None) -> None:
     """Prefill and greedy decoding of PROMPT in plain onnxruntime (one InferenceSession, the
     cache fed back), against transformers' tokens ``want`` and onnxruntime-genai's."""
     import json
@@ -135,18 +201,22 @@ def check_decoder(folder: Path, want: list[int]) -> None:
     import numpy as np
     import onnxruntime as ort
 
-    dec = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
+    if heads is None:  # (the builder's: its genai_config.json)
+        dec = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
+        heads = (dec["num_key_value_heads"], dec["head_size"])
     sess = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
+    inputs = {i.name for i in sess.get_inputs()}
     caches = [i.name for i in sess.get_inputs() if i.name.startswith("past_key_values.")]
-    state = {c.replace("past_key_values.", "present."):
-             np.zeros((1, dec["num_key_value_heads"], 0, dec["head_size"]), np.float32)
+    state = {c.replace("past_key_values.", "present."): np.zeros((1, *heads[:1], 0, heads[1]), np.float32)
              for c in caches}
     got, gaps, ids = [], [], PROMPT
     for _ in want:
         past = state["present.0.key"].shape[2]
         feed = {"input_ids": np.array([ids], np.int64),
                 "attention_mask": np.ones((1, past + len(ids)), np.int64)}
+        if "position_ids" in inputs:  # (Optimum's layout)
+            feed["position_ids"] = np.arange(past, past + len(ids), dtype=np.int64)[None]
         feed.update({c: state[c.replace("past_key_values.", "present.")] for c in caches})
         state = dict(zip(names, sess.run(names, feed)))
         logits = state["logits"][0, -1]
@@ -158,6 +228,10 @@ def check_decoder(folder: Path, want: list[int]) -> None:
           f"onnxruntime: {len(set(got))} distinct tokens, smallest top-2 logit gap "
           f"{min(gaps):.3g}; transformers' tokens: {'equal' if got == want else 'DIFFER'}",
           flush=True)
+    if not (folder / "genai_config.json").is_file():
+        if got != want:
+            raise SystemExit(f"{folder}: onnxruntime {got}, transformers {want}")
+        return
     try:
         import onnxruntime_genai as og
     except ImportError:
@@ -224,16 +298,18 @@ PAST = 16  # a genai decoder is imported at one decode step after this many toke
 
 
 def model_path(out: Path, kind: str) -> Path:
-    return out / kind / "model.onnx" if kind.endswith(GENAI_SUFFIX) else out / f"{kind}.onnx"
+    return out / kind / "model.onnx" if kind.endswith((GENAI_SUFFIX, OPTIMUM_SUFFIX)) else out / f"{kind}.onnx"
 
 
 def shapes_of(kind: str) -> dict:
-    if not kind.endswith(GENAI_SUFFIX):
+    if not kind.endswith((GENAI_SUFFIX, OPTIMUM_SUFFIX)):
         return SHAPES.get(kind, {"input_ids": (1, 128), "attention_mask": (1, 128)})
-    size = LLAMA_SIZES[kind[:-len(GENAI_SUFFIX)]]
+    size = LLAMA_SIZES[kind.rsplit("_", 1)[0]]
     kv = size["num_key_value_heads"]
     cache = (1, kv, PAST, size["hidden_size"] // size["num_attention_heads"])
     out = {"input_ids": (1, 1), "attention_mask": (1, PAST + 1)}
+    if kind.endswith(OPTIMUM_SUFFIX):
+        out["position_ids"] = (1, 1)
     out.update({f"past_key_values.{i}.{w}": cache
                 for i in range(size["num_hidden_layers"]) for w in ("key", "value")})
     return out
@@ -306,7 +382,7 @@ def main(argv=None) -> int:
             import onnx_ir  # noqa: F401  (the builder needs it)
             import onnxruntime_genai  # noqa: F401
             import tokenizers  # noqa: F401
-        if not all(k.endswith(GENAI_SUFFIX) for k in kinds):
+        if not all(k.endswith(GENAI_SUFFIX) for k in kinds):  # (the dynamo exporter's)
             import onnxscript  # noqa: F401  (the dynamo exporter needs it)
     except ImportError as e:
         print(f"cannot build models: {e}; pip install torch==2.13.0 onnxscript transformers"
@@ -318,6 +394,8 @@ def main(argv=None) -> int:
             path = export_vit(args.out)
         elif kind.endswith(GENAI_SUFFIX):
             path = export_genai(kind, args.out)
+        elif kind.endswith(OPTIMUM_SUFFIX):
+            path = export_optimum(kind, args.out)
         else:
             path = export_text(kind, args.out, external=kind not in ("tiny_bert", "small_bert"))
         size = sum(p.stat().st_size for p in path.parent.glob(f"{path.name}*"))

@@ -44,10 +44,14 @@ REFUSING = 64
 # Ray Serve kills its HTTP proxy when it is not ready within 5 s (healthy within 10 s),
 # and serve.start then fails at once: on a busy machine the proxy takes longer to start
 # (2 cores kept busy by other processes: killed by `ray.kill` in 3 of 3 starts).  A Ray
-# this command starts gives it as long as serve.start itself waits (60 s), in the Serve
-# controller's environment (which runs those checks); a value the user set, or a
-# cluster joined at an address, keeps its own
-PROXY_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60"}
+# this command starts gives it PROXY_WAIT_S, in the Serve controller's environment (which
+# runs those checks), and serve.start waits as long (its own wait, 60 s, is a constant of
+# Ray's: set here where Ray has it): with both cores kept busy by two other processes the
+# proxy was ready only after 66 s of its controller starting and 65 s of its own, about
+# 150 s in all.  A value the user set, or a cluster joined at an address, keeps its own
+PROXY_WAIT_S = 300
+PROXY_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(PROXY_WAIT_S),
+             "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": str(PROXY_WAIT_S)}
 
 
 class Gateway:
@@ -275,6 +279,11 @@ def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0
     proxy_env = {k: v for k, v in PROXY_ENV.items() if k not in os.environ} if address is None else {}
     started = start(address)
     logging.getLogger("ray.serve").setLevel(logging.ERROR)  # its progress notes are not the user's
+    if address is None:
+        from ray.serve._private import api as serve_api
+
+        if isinstance(getattr(serve_api, "HTTP_PROXY_TIMEOUT", None), (int, float)):
+            serve_api.HTTP_PROXY_TIMEOUT = max(serve_api.HTTP_PROXY_TIMEOUT, PROXY_WAIT_S)
     try:
         serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "ERROR"},
                     controller_options={"runtime_env": {"env_vars": proxy_env}} if proxy_env else None)
