@@ -177,8 +177,9 @@ def export_optimum(kind: str, out: Path) -> Path:
     past, new = 4, 3
     args = (torch.randint(3, cfg.vocab_size, (1, new)), torch.ones(1, past + new, dtype=torch.int64),
             torch.arange(past, past + new)[None], *[torch.zeros(1, kv, past, head) for _ in names])
-    dynamic = [{0: batch, 1: seq}, {0: batch, 1: past_len + seq}, {0: batch, 1: seq},
-               *[{0: batch, 2: past_len} for _ in names]]
+    total = torch.export.Dim("total_sequence_length", max=1023)
+    dynamic = [{0: batch, 1: seq}, {0: batch, 1: total}, {0: batch, 1: seq},
+               tuple({0: batch, 2: past_len} for _ in names)]  # (*past: one entry, a tuple)
     dest = out / kind
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / "model.onnx"
