@@ -302,10 +302,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if _needs_paper(item):
             item.add_marker(pytest.mark.paper)
-    # the slow tests first (a stable sort: files and cases keep their order): under
-    # pytest-xdist's worksteal the workers then end on quick tests, not on one of a minute
-    # that the other worker's queue reached last
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # the tests that start a Ray first, then the other slow tests (a stable sort: files and
+    # cases keep their order).  pytest-xdist's worksteal hands each worker a third of the
+    # list and an idle worker takes from the end of another's queue, never its front: the
+    # first worker runs the Ray tests one after another from the start (at the end, taken
+    # by several workers, they queued on one_ray_at_a_time's lock for minutes), and the
+    # workers end on quick tests, not on one of a minute that a queue reached last
+    items.sort(key=lambda item: ((getattr(item, "originalname", None) or item.name.split("[", 1)[0]) not in RAY,
+                                 item.get_closest_marker("slow") is None))
 
     budget = _seed_budget(config)
     if budget is None:
