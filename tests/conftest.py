@@ -148,24 +148,6 @@ SLOW = frozenset({
     "test_the_main_command_shows_its_progress_on_a_terminal_only",
 })
 
-# The tests that start a Ray of their own (a local Ray, a test cluster, `onnxsplit serve`):
-# one at a time across the run's workers (:func:`one_ray_at_a_time`).  Started together at
-# the run's start (they are slow, so first), three Rays and their servers beside a CPU-bound
-# process on CI's 2 cores were not serving within 120 s, and 4 tests failed; one at a time
-# each is up in seconds, while the other workers run other tests.
-RAY = frozenset({
-    "test_run_on_a_local_ray_beside_the_threaded_runner",
-    "test_stream_keeps_order_and_matches_the_original",
-    "test_parts_pinned_to_machines_run_on_their_nodes",
-    "test_a_part_on_openvino_runs_on_a_ray_actor",
-    "test_interrupting_the_ray_engine_leaves_no_ray_behind",
-    "test_serve_answers_concurrent_clients_and_stops_cleanly",
-    "test_serve_batches_concurrent_clients_and_each_gets_the_models_answer",
-    "test_a_flooded_server_answers_503_and_keeps_every_request_it_took",
-    "test_a_node_lost_mid_run_ends_in_one_line_naming_the_part",
-    "test_the_servers_memory_stays_flat_over_a_soak",
-})
-
 MARKERS = {
     "slow": "slow: takes long (listed in tests/conftest.py SLOW); deselect with -m 'not slow'",
     "paper": "paper: needs the paper workloads (../shared or ONNXSPLIT_PAPER_DATA); deselect with -m 'not paper'",
@@ -211,20 +193,6 @@ def own_cache(tmp_path, monkeypatch) -> Path:
 # tests check of a measurement is what it records and how it is used, not its figures to the
 # percent; a test that weighs a prediction against a measurement takes the mark
 TIMING_SCALE = "0.2"
-
-
-@pytest.fixture(autouse=True)
-def one_ray_at_a_time(request, tmp_path_factory):
-    """A test in RAY waits for the others in RAY to end: an exclusive lock on a file every
-    worker of the run sees (the parent of the workers' temporary folders)."""
-    if request.node.name.split("[", 1)[0] not in RAY:
-        yield
-        return
-    import fcntl
-
-    with open(tmp_path_factory.getbasetemp().parent / "onnxsplit-ray.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 @pytest.fixture(autouse=True)
@@ -302,14 +270,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if _needs_paper(item):
             item.add_marker(pytest.mark.paper)
-    # the tests that start a Ray first, then the other slow tests (a stable sort: files and
-    # cases keep their order).  pytest-xdist's worksteal hands each worker a third of the
-    # list and an idle worker takes from the end of another's queue, never its front: the
-    # first worker runs the Ray tests one after another from the start (at the end, taken
-    # by several workers, they queued on one_ray_at_a_time's lock for minutes), and the
-    # workers end on quick tests, not on one of a minute that a queue reached last
-    items.sort(key=lambda item: ((getattr(item, "originalname", None) or item.name.split("[", 1)[0]) not in RAY,
-                                 item.get_closest_marker("slow") is None))
+    # the slow tests first (a stable sort: files and cases keep their order): under
+    # pytest-xdist's worksteal the workers then end on quick tests, not on one of a minute
+    # that the other worker's queue reached last
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
     budget = _seed_budget(config)
     if budget is None:
