@@ -87,6 +87,15 @@ GENAI_INIT_RANGE = 0.2
 PROMPT = [5, 17, 33, 99, 140, 7, 200, 64]  # token ids the check decodes after
 
 
+MARKER = ".built-by-build_test_models"  # in each OUT/<kind> folder this tool made
+
+
+def _ours_or_absent(dest: Path) -> None:
+    """Refuse, in one line, a folder OUT/<kind> that this tool did not make."""
+    if dest.exists() and not (dest / MARKER).is_file():
+        raise SystemExit(f"{dest} exists and is not a model this tool built: not replaced")
+
+
 def export_genai(kind: str, out: Path) -> Path:
     """A random-weight Llama as onnxruntime-genai's builder writes it: OUT/<kind>/model.onnx."""
     import shutil
@@ -115,13 +124,14 @@ def export_genai(kind: str, out: Path) -> Path:
         subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
                         "-o", str(built), "-p", "fp32", "-e", "cpu", "-c", str(Path(tmp) / "cache")],
                        check=True, stdout=subprocess.DEVNULL)
-        # the new build takes dest's place only where dest is absent or an earlier build
-        # (its genai_config.json): a folder of the user's own is never removed
+        # the new build takes dest's place only where dest is absent or an earlier build of
+        # this tool (its MARKER; a genai_config.json alone may be a user's own model): a folder
+        # of the user's own is never removed
+        _ours_or_absent(dest)
         if dest.exists():
-            if not (dest / "genai_config.json").is_file():
-                raise SystemExit(f"{dest} exists and is not a model this tool built: not replaced")
             shutil.rmtree(dest)
         shutil.move(str(built), str(dest))
+        (dest / MARKER).write_text("built by tools/build_test_models.py\n")
     with torch.no_grad():
         want = model.generate(torch.tensor([PROMPT]), max_new_tokens=24, do_sample=False,
                               pad_token_id=0)[0, len(PROMPT):].tolist()
@@ -181,7 +191,9 @@ def export_optimum(kind: str, out: Path) -> Path:
     dynamic = [{0: batch, 1: seq}, {0: batch, 1: total}, {0: batch, 1: seq},
                tuple({0: batch, 2: past_len} for _ in names)]  # (*past: one entry, a tuple)
     dest = out / kind
+    _ours_or_absent(dest)  # (its model.onnx and .data are written over)
     dest.mkdir(parents=True, exist_ok=True)
+    (dest / MARKER).write_text("built by tools/build_test_models.py\n")
     path = dest / "model.onnx"
     with torch.no_grad():
         torch.onnx.export(WithPast(model), args, str(path), dynamo=True, external_data=True,
