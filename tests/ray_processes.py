@@ -1,4 +1,4 @@
-"""The Ray daemons a process started (what test_ray.py and test_serve.py check is gone),
+"""The Ray daemons a process started (what test_ray.py and test_served.py check is gone),
 and how a test starts a command that Ctrl-C reaches."""
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""``onnxsplit serve``: the Open Inference Protocol (against tritonclient's own encoder and
-decoder), and the server under a bounded load test of concurrent clients on localhost."""
+"""``onnxsplit serve``'s Open Inference Protocol, against tritonclient's own encoder and
+decoder (the server itself, under load: test_served.py)."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
 import numpy as np
-import onnxruntime as ort
 import pytest
 
-from ray_processes import ask_concurrently, serve_in_background, stop_server
 from onnxsplit.running.kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -93,61 +87,3 @@ def test_metadata_names_the_tensors():
     assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [2, 3]},
                               {"name": "ids", "datatype": "INT64", "shape": [2]}]
     assert meta["outputs"][0]["datatype"] == "FP16"
-
-
-# ---- the server ------------------------------------------------------------------------------------
-
-ray = pytest.importorskip("ray")
-
-
-def test_serve_answers_concurrent_clients_and_stops_cleanly(tmp_path):
-    from onnx_models import mlp
-    from onnxsplit.export import export
-    from onnxsplit.graph import OpGraph
-
-    model = mlp(tmp_path / "m.onnx", layers=4, batch=2, width=32)
-    g = OpGraph.from_onnx(model)
-    names = [n.name for n in g.nodes]
-    cpu = "CPUExecutionProvider"
-    parts = export(g, {n: "cpu0" if i < len(names) // 2 else "cpu1" for i, n in enumerate(names)},
-                   tmp_path / "parts", providers={"cpu0": cpu, "cpu1": cpu}, threads={"cpu0": 1, "cpu1": 1},
-                   plan={"objective": "throughput"}).out
-    session = ort.InferenceSession(str(model), providers=[cpu])
-    x_name = session.get_inputs()[0].name
-    shape = session.get_inputs()[0].shape
-    proc, url = serve_in_background(parts, tmp_path / "ready.json")
-    try:
-        client = httpclient.InferenceServerClient(url)
-        assert client.is_server_ready() and client.is_model_ready("mlp")
-        assert client.get_model_metadata("mlp")["inputs"][0]["shape"] == shape
-
-        # (np.allclose(got, want, atol=1e-5): rtol 1e-5 as its default)
-        errors, answered = ask_concurrently(url, session, lambda k, j: shape, clients=8, requests=50,
-                                            rtol=1e-5, atol=1e-5, join_s=300)
-        assert not errors, errors[:3]
-        assert len(answered) == 400  # none lost
-
-        def post(path: str, body: bytes) -> tuple[int, dict]:
-            req = urllib.request.Request(f"http://{url}{path}", data=body, method="POST")
-            try:
-                with urllib.request.urlopen(req, timeout=30) as r:
-                    return r.status, json.loads(r.read())
-            except urllib.error.HTTPError as e:
-                return e.code, json.loads(e.read())
-
-        code, answer = post("/v2/models/mlp/infer", b"{not json")
-        assert code == 400 and "not JSON" in answer["error"]
-        code, answer = post("/v2/models/mlp/infer", json.dumps(
-            {"inputs": [{"name": x_name, "shape": [1, 1], "datatype": "FP32", "data": [0.0]}]}).encode())
-        assert code == 400 and "shape [1, 1]" in answer["error"]
-        code, answer = post("/v2/models/other/infer", b"{}")
-        assert code == 404
-        x = np.ones(shape, np.float32)  # still serving after the bad requests
-        code, answer = post("/v2/models/mlp/infer", json.dumps(
-            {"inputs": [{"name": x_name, "shape": shape, "datatype": "FP32", "data": x.ravel().tolist()}]}).encode())
-        assert code == 200
-        np.testing.assert_allclose(np.array(answer["outputs"][0]["data"]).reshape(answer["outputs"][0]["shape"]),
-                                   session.run(None, {x_name: x})[0], atol=1e-5)
-    finally:
-        stopped = stop_server(proc)
-    assert not stopped, stopped

@@ -1,6 +1,7 @@
-"""Stress as well as faults: ``onnxsplit serve`` flooded beyond its queue (503s in the
-protocol's JSON, every request it took answered with that request's own output), its
-memory over a soak, and the Ray engine losing a node of its cluster mid-run."""
+"""Stress as well as faults: the gateway's queue flooded beyond its limits (503s in the
+protocol's JSON, every request it took answered with that request's own output), and the
+Ray engine losing a node of its cluster mid-run (the server itself flooded and soaked:
+test_served.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import json
 import shutil
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -121,107 +120,8 @@ def test_time_waiting_for_a_turn_counts_toward_the_request_timeout():
     assert took < 0.8  # (the parts take 1 s)
 
 
-# ---- the server flooded ------------------------------------------------------------------------------
-
 ray = pytest.importorskip("ray")
-httpclient = pytest.importorskip("tritonclient.http")
 from test_ray import forget_address, two_parts  # noqa: E402
-
-
-FLOOD = 48  # requests at once, 8 times what the server below holds
-
-
-def test_a_flooded_server_answers_503_and_keeps_every_request_it_took(tmp_path):
-    """A burst far beyond --max-ongoing + --max-queued: the overflow is answered 503 at
-    once (JSON, one line, as tritonclient reads it); every request taken is answered with
-    the original model's output for its own input (none lost, altered or swapped), none
-    hangs, and the server serves on and stops cleanly."""
-    from ray_processes import serve_in_background, stop_server
-    from tritonclient.http import InferenceServerClient
-    from tritonclient.utils import InferenceServerException
-
-    batch, width = 4, 64
-    model_path, parts = split_mlp(tmp_path, batch, width)
-    session = reference(model_path)
-    y = session.get_outputs()[0].name
-    xs = [np.random.default_rng(k).standard_normal((batch, width)).astype(np.float32) for k in range(FLOOD)]
-    proc, url = serve_in_background(parts, tmp_path / "ready.json", "--max-ongoing", "2", "--max-queued", "4")
-    try:
-        got: list = [None] * FLOOD
-        start = threading.Barrier(FLOOD)
-
-        def raw(k: int):
-            """The protocol's JSON, as any HTTP client sends it: (200, the output) or
-            (status, (content type, body))."""
-            body = json.dumps({"id": f"r{k}", "inputs": [{"name": "x", "shape": [batch, width], "datatype": "FP32",
-                                                          "data": xs[k].ravel().tolist()}]}).encode()
-            req = urllib.request.Request(f"http://{url}/v2/models/mlp/infer", data=body, method="POST")
-            start.wait()
-            try:
-                with urllib.request.urlopen(req, timeout=60) as r:
-                    answer = json.loads(r.read())
-                    assert answer["id"] == f"r{k}", answer["id"]
-                    out = answer["outputs"][0]
-                    return 200, np.array(out["data"], np.float32).reshape(out["shape"])
-            except urllib.error.HTTPError as e:
-                return e.code, (e.headers.get("content-type"), e.read())
-
-        def triton(k: int):
-            """tritonclient, binary tensors: a 503 is an InferenceServerException it could read."""
-            client = InferenceServerClient(url, network_timeout=60)
-            inp = _input(xs[k])
-            start.wait()
-            try:
-                answer = client.infer("mlp", [inp], request_id=f"r{k}")
-                assert answer.get_response()["id"] == f"r{k}", answer.get_response()["id"]
-                return 200, answer.as_numpy(y)
-            except InferenceServerException as e:
-                return int(e.status()), ("application/json", json.dumps({"error": e.message()}).encode())
-
-        def one(k: int):
-            try:
-                got[k] = (raw if k % 2 else triton)(k)
-            except Exception as e:  # noqa: BLE001 (asserted below: no other outcome)
-                got[k] = ("raised", " ".join(repr(e).split())[:300])
-
-        threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(FLOOD)]
-        began = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=max(1.0, 90 - (time.monotonic() - began)))
-        assert not any(t.is_alive() for t in threads), "a request hangs"
-        codes = [g[0] for g in got]
-        print(f"flood of {FLOOD}: {codes.count(200)} answered, {codes.count(503)} refused (503)")
-        assert set(codes) <= {200, 503}, [g for g in got if g[0] not in (200, 503)][:3]
-        # the first six to arrive were taken (nothing else was held then); most of the rest
-        # came while six were held
-        assert codes.count(200) >= 6 and codes.count(503) >= 1, codes
-        for k, (code, what) in enumerate(got):
-            if code == 200:  # this request's own output: distinct inputs, so nothing swapped
-                np.testing.assert_allclose(what, session.run(None, {"x": xs[k]})[0], rtol=1e-5, atol=1e-5)
-            else:
-                kind, body = what
-                error = json.loads(body)["error"]
-                assert kind == "application/json" and "\n" not in error and "server is full" in error, body
-
-        client = InferenceServerClient(url)  # serving on, and it lost or added no request
-        np.testing.assert_allclose(client.infer("mlp", [_input(xs[0])]).as_numpy(y),
-                                   session.run(None, {"x": xs[0]})[0], rtol=1e-5, atol=1e-5)
-        stats = client.get_inference_statistics("mlp")["model_stats"][0]["inference_stats"]
-        assert stats["success"]["count"] == codes.count(200) + 1 and stats["fail"]["count"] == 0
-    finally:
-        stopped = stop_server(proc, wait_s=30)
-    assert not stopped, stopped
-
-
-def _input(x):
-    """``x`` as tritonclient's input 'x' (binary)."""
-    from tritonclient.http import InferInput
-
-    inp = InferInput("x", list(x.shape), "FP32")
-    inp.set_data_from_numpy(x)
-    return inp
 
 
 # ---- a node of a Ray cluster lost mid-run ------------------------------------------------------------
@@ -316,49 +216,3 @@ def test_a_node_lost_mid_run_ends_in_one_line_naming_the_part(tmp_path):
         if lost:  # (the lost node's copy of its files: one machine here)
             shutil.rmtree(lost, ignore_errors=True)
     assert gone(since=before), "a Ray process of the test cluster is still running"
-
-
-# ---- the server soaked -------------------------------------------------------------------------------
-
-def test_the_servers_memory_stays_flat_over_a_soak(tmp_path):
-    """Hundreds of requests from a few clients after a warm-up, each answer checked: no
-    process of the server grows by SOAK_MIB (tools/soak_serve.py soaks for as long as
-    one likes, and prints each process's memory as it goes)."""
-    from ray_processes import ask_concurrently, descendants, label, rss_mib, serve_in_background, stop_server
-
-    batch, width = 256, 64  # 64 KiB in and 64 out a request: SOAK_REQUESTS of them kept are 20 MiB
-    model_path, parts = split_mlp(tmp_path, batch, width)
-    session = reference(model_path)
-    proc, url = serve_in_background(parts, tmp_path / "ready.json", "--max-ongoing", "4", "--max-queued", "8")
-    try:
-        def ask(requests: int) -> int:
-            errors, rows = ask_concurrently(url, session, lambda k, j: (batch, width), clients=4,
-                                            requests=requests // 4, rtol=1e-5, atol=1e-5, join_s=120, binary=True)
-            assert not errors, errors[:3]
-            return len(rows)
-
-        ask(100)  # warm-up: Serve's and the replicas' first requests grow them most
-        pids = {p: label(t) for p, t in descendants(proc.pid).items()}
-        pids[proc.pid] = "onnxsplit serve"
-        before = {p: rss_mib(p) for p in pids}
-        began = time.monotonic()
-        assert ask(SOAK_REQUESTS) == SOAK_REQUESTS  # none lost
-        took = time.monotonic() - began
-        after = {p: rss_mib(p) for p in pids}
-        grew = {f"{pids[p]} ({p})": after[p] - before[p] for p in pids
-                if before[p] is not None and after[p] is not None}
-        print(f"soak: {SOAK_REQUESTS} requests in {took:.1f} s; grew (MiB): "
-              + ", ".join(f"{t} {g:+.2f}" for t, g in sorted(grew.items(), key=lambda x: -x[1])))
-        assert max(grew.values()) < SOAK_MIB, grew
-    finally:
-        stopped = stop_server(proc, wait_s=30)
-    assert not stopped, stopped
-
-
-# 320 requests take 8 - 9 s on this 2-core machine (35 a second through Serve's proxy, the
-# gateway and two parts).  Over them no process grew by more than 3.3 MiB in five runs (the
-# gateway; Ray's dashboard agent 3.0), while a gateway made to keep each request's input
-# grew by 23 MiB (27 over 418 requests); tools/soak_serve.py over 10,000 requests: 4.3 KiB a
-# request in all processes together, levelling off (35 MiB in its first 5,500, 8 in the next 4,500)
-SOAK_REQUESTS = 320
-SOAK_MIB = 10.0
