@@ -879,7 +879,8 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                                 candidate.rival if candidate is not None else None,
                                 checked.get("per_shape"))
         elif checked.get("per_shape"):
-            _scale_per_shape(predicted, checked["per_shape"], folder, int(execution.get("replicas") or 1))
+            with progress.ticking("measuring at the range's check shapes", quiet):
+                _measure_per_shape(predicted, checked["per_shape"], folder)
 
     def check_and_draw(folder: Path) -> None:
         """The check, then the picture of what passed it (report.html), before the swap."""
@@ -977,28 +978,35 @@ def _check_range(prep: Prepared, folder: Path, checked: dict[str, Any]) -> None:
     checked["per_shape"] = rows
 
 
-def _scale_per_shape(predicted: dict[str, Any], rows: list[dict[str, Any]], folder: Path,
-                     copies: int = 1) -> None:
+def _measure_per_shape(predicted: dict[str, Any], rows: list[dict[str, Any]], folder: Path) -> None:
     """Each check shape's promise where the plan's own is a calibration's (the model kept
-    whole, copies): the planning shape's, plus what its parts take more (or less) there.
-    Additive, not proportional: what a call costs beyond the model's own time (the
-    session's, the runner's) stays, and weighs most at small shapes; ``copies`` side by
-    side share the difference (small_bert kept whole as 2 copies, planned at 3x45: scaled
-    in proportion, its promise at 1x16 was 49% above the measurement)."""
-    base = next((r for r in rows if r["planned"]), None)
-    if base is None or "part_ms" not in base or not predicted.get("latency_ms"):
+    whole, its copies): the written parts measured there as the calibration measured them
+    at the planning shape (calibrate.measure_loaded), whose figure that row keeps.  No
+    model of how a call's own costs and the copies' slowdown of each other move with the
+    shape held on small_bert kept whole as 2 copies, planned at 3x45: scaled in
+    proportion its promise at 1x16 was 49% above the measurement; plus the difference in
+    its parts' times, 16% and 33% above in two runs and 44% below in a third."""
+    from .running.runner import Parts
+
+    if not predicted.get("latency_ms") or not any(r["planned"] for r in rows):
         return
+    manifest = json.loads((folder / ex.MANIFEST).read_text())
+    parts = Parts(folder)
     out = []
     for r in rows:
         entry = {"shapes": r["shapes"]}
-        if "part_ms" in r:
-            more = sum(r["part_ms"]) - sum(base["part_ms"])  # ms a sample takes more there
-            latency, throughput = _promise_at(predicted, more, copies)
-            entry.update(latency_ms=latency, throughput_per_s=throughput, scaled=True)
+        if r["planned"]:
+            got = predicted
+        else:
+            specs = [dict(t, shape=list(r["shapes"][t["name"]])) for t in manifest["model"]["inputs"]]
+            got = calibrate.measure_loaded({"parts": parts}, random_feeds(specs))["parts"]
+            entry["measured"] = True
+        if got.get("latency_ms") and got.get("throughput_per_s"):
+            entry.update(latency_ms=got["latency_ms"], throughput_per_s=got["throughput_per_s"])
             r.update({key: entry[key] for key in ("latency_ms", "throughput_per_s")})
         out.append(entry)
+    del parts
     predicted["per_shape"] = out
-    manifest = json.loads((folder / ex.MANIFEST).read_text())
     manifest["predicted"]["per_shape"] = out
     (folder / ex.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
@@ -1049,8 +1057,9 @@ def _over_the_range(rows: list[dict[str, Any]], rival, objective: str) -> float 
     """A split's speed over ``rival`` (the model kept whole) across a range's check shapes,
     their geometric mean (above 1: the split is faster), or None without a range: the
     whole model's promise at each shape is its calibrated one plus what the model takes
-    more there (its parts' times summed), as :func:`_scale_per_shape` promises it, so the
-    split's fixed costs per call, which weigh most at small shapes, decide."""
+    more there (its parts' times summed), so the split's fixed costs per call, which
+    weigh most at small shapes, decide (a model kept whole and written is measured at
+    each shape instead: :func:`_measure_per_shape`)."""
     key = "throughput_per_s" if objective == "throughput" else "latency_ms"
     rows = [r for r in rows if r.get("part_ms") and r.get(key)]
     base = next((r for r in rows if r.get("planned")), None)

@@ -215,8 +215,9 @@ def test_the_api_plans_at_the_middle_and_refuses_a_planning_shape_outside():
 
 
 def test_a_model_kept_whole_promises_at_every_check_shape(tmp_path, capsys):
-    """Without a split to time part by part, each shape's promise is the calibrated one
-    scaled by the model's own time there: bigger batches, fewer samples a second."""
+    """Without a split to time part by part, each shape's promise is the written parts
+    measured there as the calibration measured them (the planning shape's is the
+    calibration): bigger batches, fewer samples a second."""
     model = batched_mlp(tmp_path / "m.onnx")
     # (a batch of 1,024 takes about a millisecond more than one: more than the noise of a
     # busy machine, which a batch of 64 was not)
@@ -228,6 +229,10 @@ def test_a_model_kept_whole_promises_at_every_check_shape(tmp_path, capsys):
     planned = rows[1]
     assert planned["throughput_per_s"] == pytest.approx(result["predicted"]["throughput_per_s"])
     assert rows[0]["latency_ms"] < rows[2]["latency_ms"]
+    assert rows[0]["throughput_per_s"] > rows[2]["throughput_per_s"]
+    promised = json.loads((tmp_path / "p" / "manifest.json").read_text())["predicted"]["per_shape"]
+    assert [p.get("measured", False) for p in promised] == [True, False, True]
+    assert [p["throughput_per_s"] for p in promised] == [r["throughput_per_s"] for r in rows]
 
 
 def test_a_split_for_a_range_is_weighed_against_the_whole_model_at_every_check_shape():
