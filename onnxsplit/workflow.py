@@ -878,7 +878,8 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                                 folder, checked["part_ms"],
                                 candidate.rival if candidate is not None else None,
                                 checked.get("per_shape"))
-        elif checked.get("per_shape"):
+        elif checked.get("per_shape") and not checked.get("fell_back"):
+            # (parts on a device this machine lacks were checked on the CPU: nothing to measure)
             with progress.ticking("measuring at the range's check shapes", quiet):
                 _measure_per_shape(predicted, checked["per_shape"], folder)
 
