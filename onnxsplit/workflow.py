@@ -37,6 +37,7 @@ from .plan import Plan, gap_of, read_json
 from .profile import ProfileFile, available_providers, ensure_profiled
 from .profile.devices import CPU_EP, describe, shares_cpu
 from .profile.measure import input_feeds
+from .running.manifest import inputs_at
 from .running.runner import RunError, random_feeds, run_parts
 from .shapes import bytes_text
 from .solve import evaluate, isolated, methods
@@ -969,9 +970,8 @@ def _check_range(prep: Prepared, folder: Path, checked: dict[str, Any]) -> None:
         if shapes == planned:
             got = checked
         else:
-            specs = [dict(t, shape=list(shapes[t["name"]])) for t in manifest["model"]["inputs"]]
-            got = run_parts(folder, model=prep.graph.path, feeds=random_feeds(specs), measure=False,
-                            fallback_cpu=True, time_parts=True)
+            got = run_parts(folder, model=prep.graph.path, feeds=random_feeds(inputs_at(manifest, shapes)),
+                            measure=False, fallback_cpu=True, time_parts=True)
         rows.append({"shapes": {k: list(v) for k, v in shapes.items()}, "planned": shapes == planned,
                      "verify": got["verify"], **({"part_ms": got["part_ms"]} if "part_ms" in got else {})})
     worst = max(rows, key=lambda r: (not r["verify"]["ok"], r["verify"].get("max_rel_error") or 0.0))
@@ -999,14 +999,13 @@ def _measure_per_shape(predicted: dict[str, Any], rows: list[dict[str, Any]], fo
         if r["planned"]:
             got = predicted
         else:
-            specs = [dict(t, shape=list(r["shapes"][t["name"]])) for t in manifest["model"]["inputs"]]
-            got = calibrate.measure_loaded({"parts": parts}, random_feeds(specs))["parts"]
+            feeds = random_feeds(inputs_at(manifest, r["shapes"]))
+            got = calibrate.measure_loaded({"parts": parts}, feeds)["parts"]
             entry["measured"] = True
         if got.get("latency_ms") and got.get("throughput_per_s"):
             entry.update(latency_ms=got["latency_ms"], throughput_per_s=got["throughput_per_s"])
             r.update({key: entry[key] for key in ("latency_ms", "throughput_per_s")})
         out.append(entry)
-    del parts
     predicted["per_shape"] = out
     manifest["predicted"]["per_shape"] = out
     (folder / ex.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
