@@ -278,6 +278,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="the original model (default: the path in the manifest)")
     rn.add_argument("--samples", type=_at_least(1), default=50, metavar="N", help="timed samples (default 50)")
     rn.add_argument("--warmup", type=_at_least(0), default=5, metavar="N", help="untimed samples first (default 5)")
+    rn.add_argument("--time-limit", type=_positive("seconds"), default=300.0, metavar="S",  # (runner.TIME_LIMIT_S)
+                    help="measure in about S seconds (default 300): a slow model or a large shape "
+                         "gets fewer warm-up samples, samples and rounds (at least 3), and says so")
     rn.add_argument("--no-measure", action="store_true", help="only verify the outputs")
     rn.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                     help="run at this input shape, inside the range the parts were made for "
@@ -641,7 +644,8 @@ def _run(args) -> int:
 
     with ticking("checking" if args.no_measure else "checking, then measuring in rounds", args.json):
         result = run_parts(args.parts, model=args.model, samples=args.samples, warmup=args.warmup,
-                           measure=not args.no_measure, fallback_cpu=args.fallback_cpu, **extra)
+                           measure=not args.no_measure, fallback_cpu=args.fallback_cpu,
+                           time_limit=args.time_limit, **extra)
     if args.report:
         from . import measured_report
         from .running.manifest import read_manifest
@@ -696,6 +700,11 @@ def _run(args) -> int:
     if ratios:
         print("  (vs onnxsplit: its throughput over the row's, the row's latency over its; above "
               "1: onnxsplit is faster)")
+    cut = result["measured"].get("time_limited")
+    if cut:
+        print(f"  (measured in {result['measured']['rounds']} rounds of {cut['per_round']} sample(s), "
+              f"{cut['warmup']} to warm up, to finish within --time-limit {cut['time_limit_s']:g} s: "
+              "a larger limit measures longer)")
     err = result.get("prediction_error")
     if err:
         print(f"prediction: measured over predicted {err['throughput']:+.0%} throughput, "

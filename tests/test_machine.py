@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from itertools import product
 
 import numpy as np
@@ -432,7 +433,14 @@ class FakeParts:
 
         if self.fails:
             raise RunError("no such provider")
+        if self.once:
+            time.sleep(self.once)
         return {}
+
+    once = 0.0  # (seconds a run takes)
+
+    def default_depth(self) -> int:
+        return 1
 
 
 def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
@@ -562,6 +570,75 @@ def test_the_plan_is_measured_though_every_baseline_failed(monkeypatch):
                                 pair_with="plan")
     assert got["gone"] == {"error": "no such provider"}
     assert got["plan"]["rounds"] == 3 and got["plan"]["beside"] == {}
+
+
+def test_rounds_fit_a_time_limit_cutting_warmups_then_samples_then_rounds():
+    """fit_rounds against the time each measurement takes counted here sample by sample:
+    what fits is left alone; a tighter budget cuts the warm-up to one, then samples a
+    round, then rounds, never below MIN_SAMPLES and MIN_ROUNDS."""
+    from onnxsplit.running import runner
+
+    once = {"plan": 0.1, "a": 0.2, "b": 0.05}
+    depth = dict.fromkeys(once, 1)
+    names = list(once)
+
+    def seconds(rounds, warmup, n):  # every other session beside a run of the plan, each round
+        pair = [(once["plan"] + once[o]) * warmup + once["plan"] * n["plan"] + once[o] * n[o] for o in "ab"]
+        return rounds * sum(pair)
+
+    asked = {"plan": 5, "a": 5, "b": 20}
+    full = seconds(9, 5, asked)
+    assert runner.fit_rounds(names, once, depth, asked, 5, 9, "plan", full + 0.01) == (9, 5, asked)
+    r, w, n = runner.fit_rounds(names, once, depth, asked, 5, 9, "plan", seconds(9, 1, asked) + 0.01)
+    assert (r, w, n) == (9, 1, asked)  # the warm-ups alone
+    for budget in (seconds(9, 1, asked) * 0.6, seconds(9, 1, asked) * 0.2, 0.5, 0.0):
+        r, w, n = runner.fit_rounds(names, once, depth, asked, 5, 9, "plan", budget)
+        assert w == 1 and all(runner.MIN_SAMPLES <= n[k] <= asked[k] for k in n) and r >= runner.MIN_ROUNDS
+        floor = seconds(runner.MIN_ROUNDS, 1, dict.fromkeys(once, runner.MIN_SAMPLES))
+        assert seconds(r, w, n) <= max(budget, floor) + 1e-9, (budget, r, n)
+        assert r == 9 or all(n[k] == runner.MIN_SAMPLES for k in n)  # rounds go last
+    # a session slow enough for one sample a round keeps its one
+    assert runner.fit_rounds(names, once, depth, dict(asked, a=1), 5, 9, "plan", 0.0)[2]["a"] == 1
+    # a stream of copies: its throughput's stream is at least four samples a worker
+    assert runner.measure_cost(0.1, 4, 2, 1) == pytest.approx(0.1 * (2 + 2 + 16))
+
+
+@pytest.mark.full_timing
+def test_run_measures_within_its_time_limit_and_says_so(monkeypatch):
+    """A slow model's rounds fit --time-limit (from each session's first run), and where
+    they run slower than that run foretold, no round starts once the limit is spent after
+    MIN_ROUNDS; the summaries say how they were cut.  Without a limit: every round."""
+    from onnxsplit.running import runner
+
+    slow = {"t": 0.02}
+
+    def fake_pipeline(parts, feeds, samples, warmup):
+        time.sleep((samples + warmup) * slow["t"])
+        return {"latency_ms": 20.0, "throughput_per_s": 50.0}
+
+    monkeypatch.setattr(runner, "measure_pipeline", fake_pipeline)
+    monkeypatch.setattr(runner, "SETTLE_S", 0.0)
+
+    def loaded():
+        parts = {"plan": FakeParts(), "a": FakeParts(), "b": FakeParts()}
+        for p in parts.values():
+            p.once = 0.02
+        return parts
+
+    began = time.perf_counter()
+    got = runner.measure_rounds(loaded(), {}, 50, 5, pair_with="plan", time_limit=1.5)
+    took = time.perf_counter() - began
+    assert took < 1.5 * 1.3 and got["a"]["rounds"] >= runner.MIN_ROUNDS
+    cut = got["plan"]["time_limited"]
+    assert cut["time_limit_s"] == 1.5 and cut["warmup"] == 1 and cut["per_round"] < 10
+    slow["t"] = 0.06  # three times what the first run said
+    began = time.perf_counter()
+    got = runner.measure_rounds(loaded(), {}, 50, 5, pair_with="plan", time_limit=1.5)
+    assert got["a"]["rounds"] == runner.MIN_ROUNDS and "time_limited" in got["b"]
+    assert time.perf_counter() - began < runner.MIN_ROUNDS * 4 * (cut["per_round"] + 1) * 0.06 + 1
+    slow["t"] = 0.0
+    got = runner.measure_rounds(loaded(), {}, 50, 5, pair_with="plan")
+    assert got["a"]["rounds"] == runner.ROUNDS and "time_limited" not in got["plan"]
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 6])

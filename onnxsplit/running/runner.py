@@ -558,6 +558,12 @@ ROUNDS = 9
 # many configurations, keeps shorter rounds (calibrate.ROUND_S).
 MIN_ROUND_S = 1.0
 MAX_ROUND_SAMPLES = 1000
+# ``run``'s measurement within this many seconds by default (``--time-limit``): ViT-S at a
+# batch of 4 took over 12 minutes here in 9 paired rounds of five sessions.  A budget that
+# binds cuts warm-ups, then samples a round, then rounds, never below these
+TIME_LIMIT_S = 300.0
+MIN_ROUNDS = 3
+MIN_SAMPLES = 2
 # a pause before a measurement that follows a session whose intra-op threads spin on
 # after its run (``Parts.spins``): they take a core from whatever runs next.  Two
 # single-thread copies of T5's encoder took 98.7 ms a pair right after the default
@@ -627,11 +633,13 @@ def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = No
 def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int, warmup: int,
               accelerators: Iterable[str] = (), capacity_kb: int | None = None,
               plan: "Parts | None" = None, rounds: int = ROUNDS,
-              also: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+              also: Mapping[str, Any] | None = None, time_limit: float | None = None
+              ) -> dict[str, dict[str, Any]]:
     """The baselines (:func:`baseline_runs`) measured on ``feeds``, and ``plan`` (as
     ``"onnxsplit"``) and ``also`` (name -> loaded parts) alongside: every session is
     loaded first, then ``rounds`` rounds each measure every one in turn, so a shared
-    machine's slow minute hits all alike; the medians over the rounds are kept."""
+    machine's slow minute hits all alike; the medians over the rounds are kept, within
+    ``time_limit`` seconds where one is given (:func:`measure_rounds`)."""
     import tempfile
 
     loaded: dict[str, Any] = {}
@@ -660,7 +668,8 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
                      "replicas": getattr(loaded[name], "requests", how.get("replicas", 1)),
                      **({"hint": how["hint"]} if "hint" in how else {})}
     for name, got in measure_rounds(loaded, feeds, samples, warmup, rounds,
-                                    pair_with="onnxsplit" if plan is not None else None).items():
+                                    pair_with="onnxsplit" if plan is not None else None,
+                                    time_limit=time_limit).items():
         if "error" in got:
             out[name] = got
         elif "error" not in out.get(name, {}):
@@ -674,7 +683,8 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
 
 def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], samples: int,
                    warmup: int, rounds: int = ROUNDS, min_round_s: float = MIN_ROUND_S,
-                   pair_with: str | None = None) -> dict[str, dict[str, Any]]:
+                   pair_with: str | None = None, time_limit: float | None = None
+                   ) -> dict[str, dict[str, Any]]:
     """Each of ``loaded`` measured in ``rounds`` rounds, all in turn each round, the order
     varied (:func:`round_order`: a shared machine's slow minute then hits all alike, and
     none always runs right after the copies), each SETTLE_S after one whose threads spin
@@ -686,28 +696,46 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
     ratio to the plan pairs figures taken seconds apart, not a round apart: on this
     shared 2-core machine identical copies of small_bert measured 0.87-1.23x apart in
     turn and 0.94-1.03x in adjacent pairs (8 runs each).  Where the plan fails (a part,
-    or its node, lost), nothing more is measured: its error alone is returned."""
+    or its node, lost), nothing more is measured: its error alone is returned.
+
+    ``time_limit`` (seconds, times the timing scale): the rounds planned to fit it from
+    each session's first run (:func:`fit_rounds`), and no round begun once it is spent
+    after the first :data:`MIN_ROUNDS`; each summary then says so (``time_limited``)."""
+    began = time.perf_counter()
     got: dict[str, list[dict[str, float]]] = {name: [] for name in loaded}
     beside: dict[str, list[dict[str, float]]] = {name: [] for name in loaded}
     out: dict[str, dict[str, Any]] = {}
     per_round: dict[str, int] = {}
+    once: dict[str, float] = {}
     for name, parts in loaded.items():  # a round lasts at least min_round_s: a fast model's
         try:                             # rounds then spread over seconds, not milliseconds
-            t = time.perf_counter()
-            parts.run(feeds)
-            once = max(time.perf_counter() - t, 1e-6)
+            for _ in range(1 if time_limit is None else 2):  # (a first run can be slow)
+                t = time.perf_counter()
+                parts.run(feeds)
+                once[name] = max(time.perf_counter() - t, 1e-6)
         except RunError as e:
             out[name] = {"error": str(e)}
             if name == pair_with:
                 return {name: out[name]}
             continue
         per_round[name] = max(1, samples // max(rounds, 1),
-                              min(MAX_ROUND_SAMPLES, int(timing.scale() * min_round_s / once)))
+                              min(MAX_ROUND_SAMPLES, int(timing.scale() * min_round_s / once[name])))
     names = [name for name in loaded if name not in out]  # (those that ran once)
     keys = ("latency_ms", "throughput_per_s")
     spinning = True  # (whatever ran before this call may have)
     settle_s = SETTLE_S * timing.scale()
+    limit = None if time_limit is None else time_limit * timing.scale()
+    limited = False
+    if limit is not None and names:
+        depth = {name: loaded[name].default_depth() for name in names}
+        asked = (rounds, warmup, per_round)
+        rounds, warmup, per_round = fit_rounds(names, once, depth, per_round, warmup, rounds, pair_with,
+                                               limit - (time.perf_counter() - began))
+        limited = (rounds, warmup, per_round) != asked
     for r in range(max(rounds, 1)):
+        if limit is not None and r >= MIN_ROUNDS and time.perf_counter() - began > limit:
+            limited = True  # (the estimate was short: the rounds so far are the figures)
+            break
         for group in paired_order(names, r, pair_with if pair_with not in out else None):
             if any(name in out for name in group):
                 continue
@@ -731,11 +759,49 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
         if runs and name not in out:
             out[name] = summarised({k: [float(r[k]) for r in runs] for k in keys},
                                    per_round[name] * len(runs))
+            if limited:
+                out[name]["time_limited"] = {"time_limit_s": time_limit, "per_round": per_round[name],
+                                             "warmup": warmup}
     if pair_with in out and "error" not in out[pair_with]:
         out[pair_with]["beside"] = {
             name: {k: [float(r[k]) for r in runs] for k in keys}
             for name, runs in beside.items() if runs and name in out and "error" not in out[name]}
     return out
+
+
+def measure_cost(once: float, depth: int, samples: int, warmup: int) -> float:
+    """Seconds one :func:`measure_pipeline` of ``samples`` takes at most, from one run's
+    time: one after another where one worker runs everything, else a stream at depth 1 for
+    the latency and one at ``depth`` for the throughput (each sample no slower than alone)."""
+    if depth == 1:
+        return once * (warmup + samples)
+    return once * (2 * warmup + samples + max(samples, 4 * depth))
+
+
+def fit_rounds(names: list[str], once: Mapping[str, float], depth: Mapping[str, int],
+               per_round: Mapping[str, int], warmup: int, rounds: int, pair_with: str | None,
+               budget_s: float) -> tuple[int, int, dict[str, int]]:
+    """Rounds, warm-up and samples a round that fit ``budget_s`` by :func:`measure_cost`:
+    unchanged where they do; else the warm-up down to one sample (a session warmed in the
+    first round stays warm), then each session's samples a round in proportion (at least
+    :data:`MIN_SAMPLES`), then the rounds (at least :data:`MIN_ROUNDS`, whose medians and
+    paired ratios still stand against one slow moment of the machine)."""
+    def total(n: Mapping[str, int], w: int, rs: int) -> float:
+        return rs * sum(measure_cost(once[name], depth[name], n[name], w)
+                        for group in paired_order(names, 0, pair_with) for name in group)
+
+    n = dict(per_round)
+    if total(n, warmup, rounds) <= budget_s:
+        return rounds, warmup, n
+    warmup = min(warmup, 1)
+    spent = total(n, warmup, rounds)
+    while spent > budget_s and any(k > MIN_SAMPLES for k in n.values()):
+        n = {name: k if k <= MIN_SAMPLES else max(MIN_SAMPLES, min(k - 1, int(k * budget_s / spent)))
+             for name, k in n.items()}
+        spent = total(n, warmup, rounds)
+    if spent > budget_s:
+        rounds = max(MIN_ROUNDS, min(rounds, int(rounds * budget_s / spent)))
+    return rounds, warmup, n
 
 
 def paired_order(names: list[str], r: int, pair_with: str | None = None) -> list[tuple[str, ...]]:
@@ -800,13 +866,14 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
               feeds: Mapping[str, Any] | None = None, samples: int = 50, warmup: int = 5,
               measure: bool = True, optimize: bool = False, seed: int = 0,
               fallback_cpu: bool = False, compare: bool = True, loaded=None,
-              time_parts: bool = False) -> dict[str, Any]:
+              time_parts: bool = False, time_limit: float | None = TIME_LIMIT_S) -> dict[str, Any]:
     """Verify a parts folder against its original model and (``measure``) time it, and
     (``compare``) onnxruntime's own sessions on the same inputs.  ``loaded``: the folder
     already loaded by another engine (``onnxsplit.running.ray_engine.RayParts``), measured
     beside the threaded runner's own pipeline (``onnxsplit_threads``).  ``time_parts``:
     also each part's own time (:func:`time_calls`, ``part_ms``) where every part runs
-    on its own execution provider."""
+    on its own execution provider.  ``time_limit``: the comparison's rounds fit about so
+    many seconds (:func:`measure_rounds`; None: as many as asked)."""
     parts = loaded if loaded is not None else Parts(parts_dir, optimize=optimize, fallback_cpu=fallback_cpu)
     model_path = Path(model) if model else Path(parts.manifest["model"]["path"])
     if not model_path.exists():
@@ -850,7 +917,8 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
             if loaded is not None else None
         base = baselines(model_path, feeds, samples=samples, warmup=warmup,
                          accelerators=accelerators,
-                         capacity_kb=int(budget / 1024) if budget else None, plan=parts, also=also)
+                         capacity_kb=int(budget / 1024) if budget else None, plan=parts, also=also,
+                         time_limit=time_limit)
         result["measured"] = base.pop("onnxsplit")
         if "error" in result["measured"]:  # the plan itself failed while measured (a part, or
             raise RunError(result["measured"]["error"])  # its node, lost): the run fails, in one line
