@@ -702,7 +702,7 @@ def _run(args) -> int:
               "1: onnxsplit is faster)")
     cut = result["measured"].get("time_limited")
     if cut:
-        print(f"  (measured in {result['measured']['rounds']} rounds of {cut['per_round']} sample(s), "
+        print(f"  (measured in {cut['rounds']} rounds of {cut['per_round']} sample(s) a session, "
               f"{cut['warmup']} to warm up, to finish within --time-limit {cut['time_limit_s']:g} s: "
               "a larger limit measures longer)")
     err = result.get("prediction_error")

@@ -897,7 +897,7 @@ def test_read_manifest_errors(late_parts, tmp_path):
         read_manifest(empty)
 
 
-def test_run_parts_measures_and_checks(late_parts):
+def test_run_parts_measures_and_checks(late_parts, capsys):
     model, g, e = late_parts
     r = run_parts(e.out, samples=3, warmup=1)
     assert r["verify"]["max_abs_error"] < ATOL and r["verify"]["worst_output"] in (None, "y")
@@ -926,6 +926,16 @@ def test_run_parts_measures_and_checks(late_parts):
     assert base["ort_default_cpu"]["threads"] == 0
     assert base[f"ort_replicas_cpu_{os.cpu_count()}x1"]["replicas"] == os.cpu_count()
     assert "drift" not in r  # (no calibration's figures in this manifest)
+    assert not any("time_limited" in b for b in (r["measured"], *base.values()))  # (300 s: ample)
+    # a limit it cannot keep: the fewest rounds and samples, every ratio still paired, said so
+    from onnxsplit.cli import main
+    from onnxsplit.running.runner import MIN_ROUNDS, MIN_SAMPLES
+
+    assert main(["run", str(e.out), "--time-limit", "0.001", "--json"]) == 0
+    cut = json.loads(capsys.readouterr().out)
+    assert {b["rounds"] for b in cut["baselines"].values()} == {MIN_ROUNDS} and set(cut["ratios"]) == set(base)
+    assert cut["measured"]["time_limited"] == {"time_limit_s": 0.001, "rounds": MIN_ROUNDS,
+                                               "per_round": MIN_SAMPLES, "warmup": 1}
     # an explicit model path that is not there
     with pytest.raises(RunError, match="is not there"):
         run_parts(e.out, model=Path(e.out) / "nope.onnx", measure=False)

@@ -634,7 +634,8 @@ def test_run_measures_within_its_time_limit_and_says_so(monkeypatch):
     slow["t"] = 0.06  # three times what the first run said
     began = time.perf_counter()
     got = runner.measure_rounds(loaded(), {}, 50, 5, pair_with="plan", time_limit=1.5)
-    assert got["a"]["rounds"] == runner.MIN_ROUNDS and "time_limited" in got["b"]
+    assert got["a"]["rounds"] == runner.MIN_ROUNDS == got["b"]["time_limited"]["rounds"]
+    assert got["plan"]["rounds"] == 2 * runner.MIN_ROUNDS  # (beside each of the others, each round)
     assert time.perf_counter() - began < runner.MIN_ROUNDS * 4 * (cut["per_round"] + 1) * 0.06 + 1
     slow["t"] = 0.0
     got = runner.measure_rounds(loaded(), {}, 50, 5, pair_with="plan")

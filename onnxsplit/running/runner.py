@@ -732,10 +732,12 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
         rounds, warmup, per_round = fit_rounds(names, once, depth, per_round, warmup, rounds, pair_with,
                                                limit - (time.perf_counter() - began))
         limited = (rounds, warmup, per_round) != asked
+    done = 0
     for r in range(max(rounds, 1)):
         if limit is not None and r >= MIN_ROUNDS and time.perf_counter() - began > limit:
             limited = True  # (the estimate was short: the rounds so far are the figures)
             break
+        done = r + 1
         for group in paired_order(names, r, pair_with if pair_with not in out else None):
             if any(name in out for name in group):
                 continue
@@ -760,8 +762,8 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
             out[name] = summarised({k: [float(r[k]) for r in runs] for k in keys},
                                    per_round[name] * len(runs))
             if limited:
-                out[name]["time_limited"] = {"time_limit_s": time_limit, "per_round": per_round[name],
-                                             "warmup": warmup}
+                out[name]["time_limited"] = {"time_limit_s": time_limit, "rounds": done,
+                                             "per_round": per_round[name], "warmup": warmup}
     if pair_with in out and "error" not in out[pair_with]:
         out[pair_with]["beside"] = {
             name: {k: [float(r[k]) for r in runs] for k in keys}
