@@ -257,3 +257,18 @@ def test_a_split_for_a_range_is_weighed_against_the_whole_model_at_every_check_s
     copies = SimpleNamespace(predicted={"throughput_per_s": 200.0, "latency_ms": 10.0}, execution={"replicas": 2})
     assert _over_the_range(rows, copies, "throughput") == pytest.approx((400 / 2000 * 150 / 200 * 40 / 50) ** (1 / 3))
     assert _over_the_range(rows[1:2], rival, "throughput") is None  # one shape: no range to weigh
+
+
+def test_a_shape_without_a_promise_prints_a_dash(capsys):
+    """Parts on a device this machine lacks are checked on the CPU and promise nothing
+    per shape: the table says so with a dash, not 'nan'."""
+    from onnxsplit import cli
+
+    check = {"ok": True, "max_rel_error": 0.0}
+    rows = [{"shapes": {"x": [1, 16]}, "planned": False, "verify": check},
+            {"shapes": {"x": [4, 16]}, "planned": True, "verify": check, "latency_ms": 2.5,
+             "throughput_per_s": 400.0}]
+    cli._print_per_shape({"per_shape": rows, "model": {"shape_range": {"x": [[1, 4], [16, 16]]}}})
+    out = capsys.readouterr().out.splitlines()
+    assert "nan" not in "\n".join(out)
+    assert out[-2].split()[1:4] == ["-", "-", "ok,"] and out[-1].split()[1:3] == ["2.50", "400.0"]
