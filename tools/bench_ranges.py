@@ -4,7 +4,7 @@ beside what a user runs instead, in the same run: per shape, onnxsplit's promise
 measurement, onnxruntime's default session, copies of the whole model (one single-thread
 session per core) and OpenVINO's THROUGHPUT hint where installed.
 
-    python tools/bench_ranges.py MODEL.onnx:RANGES [...] [--objective throughput] [--samples N]
+    python tools/bench_ranges.py MODEL.onnx:RANGES [...] [--objective throughput] [--samples N] [--time-limit S]
 
 RANGES is the main command's ``--input-shape`` values, comma-separated
 (``input_ids=1..8x16..128,attention_mask=1..8x16..128``).  Each model is split once with
@@ -51,6 +51,8 @@ def main() -> int:
     ap.add_argument("models", nargs="+", metavar="MODEL.onnx:RANGES")
     ap.add_argument("--objective", default="throughput", choices=("throughput", "latency"))
     ap.add_argument("--samples", type=int, default=50)
+    ap.add_argument("--time-limit", type=float, default=300.0, metavar="S",
+                    help="each shape's run measures in about S seconds (run's --time-limit, default 300)")
     args = ap.parse_args()
     unit = "/s" if args.objective == "throughput" else " ms"
     better = (lambda a, b: a / b) if args.objective == "throughput" else (lambda a, b: b / a)
@@ -73,6 +75,7 @@ def main() -> int:
             for row in split.get("per_shape") or []:
                 shape = ",".join(f"{k}={'x'.join(map(str, v))}" for k, v in row["shapes"].items())
                 rc, run, err = _onnxsplit("run", out, "--samples", str(args.samples), "--json",
+                                          "--time-limit", str(args.time_limit),
                                           *[a for s in shape.split(",") for a in ("--shape", s)])
                 if run is None:
                     print(f"{Path(path).stem} at {shape}: run failed: {err}", file=sys.stderr)
