@@ -640,6 +640,9 @@ def test_run_measures_within_its_time_limit_and_says_so(monkeypatch):
     slow["t"] = 0.0
     got = runner.measure_rounds(loaded(), {}, 50, 5, pair_with="plan")
     assert got["a"]["rounds"] == runner.ROUNDS and "time_limited" not in got["plan"]
+    from onnxsplit import cli  # (its default, written out there so that --help stays quick)
+
+    assert cli._parser().parse_args(["run", "parts"]).time_limit == runner.TIME_LIMIT_S
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 6])
