@@ -147,23 +147,6 @@ SLOW = frozenset({
     "test_the_main_command_shows_its_progress_on_a_terminal_only",
 })
 
-# The longest of them, longest first, as the last fresh-clone `make test` beside a CPU-bound
-# process measured them (pytest's --durations): each worker's share of the slow tests starts
-# with one of these (:class:`_SlowAcrossWorkers`), so that none starts minutes into the run
-# and ends it alone (the server's test, 439 s there, had started 6 minutes in)
-LONGEST = (
-    "test_one_server_takes_every_load_and_stops_cleanly",
-    "test_run_on_a_local_ray_beside_the_threaded_runner",
-    "test_the_main_command_shows_its_progress_on_a_terminal_only",
-    "test_parts_pinned_to_machines_run_on_their_nodes",
-    "test_a_node_lost_mid_run_ends_in_one_line_naming_the_part",
-    "test_context_plans_a_decoding_step_with_its_kv_cache_against_memory",
-    "test_stream_keeps_order_and_matches_the_original",
-    "test_recalibrate_measures_the_machine_again",
-    "test_a_part_on_openvino_runs_on_a_ray_actor",
-    "test_each_providers_best_is_measured_side_by_side",
-)
-
 MARKERS = {
     "slow": "slow: takes long (listed in tests/conftest.py SLOW); deselect with -m 'not slow'",
     "paper": "paper: needs the paper workloads (../shared or ONNXSPLIT_PAPER_DATA); deselect with -m 'not paper'",
@@ -173,44 +156,6 @@ MARKERS = {
 SEEDS_ENV = "ONNXSPLIT_TEST_SEEDS"
 
 
-class _SlowAcrossWorkers:
-    """The slow tests dealt among pytest-xdist's workers, longest first: worksteal sends
-    each of W workers one of W contiguous chunks of the collection at first and later
-    moves tests from the tail of the longest queue, so slow tests that lead one chunk all
-    run on that worker, one after another.  Each chunk now starts with every W-th slow
-    test (of :data:`LONGEST`'s order, then the collection's), then quick ones.  After
-    ``-m`` and ``-k`` choose (trylast); the same order on every worker (each collects)."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        items[:] = deal(items, int(getattr(config, "workerinput", {}).get("workercount", 1)))
-
-
-def _name(item: pytest.Item) -> str:
-    return getattr(item, "originalname", None) or item.name.split("[", 1)[0]
-
-
-def deal(items: list, workers: int) -> list:
-    """``items`` ordered so that each of the ``workers`` contiguous chunks xdist's
-    worksteal hands out first (``len(rest) // workers_left`` each) starts with its share of
-    the slow tests, longest first."""
-    rank = {name: i for i, name in enumerate(LONGEST)}
-    slow = [it for it in items if it.get_closest_marker("slow") is not None]
-    quick = [it for it in items if it.get_closest_marker("slow") is None]
-    slow.sort(key=lambda it: rank.get(_name(it), len(rank)))  # (stable: the collection's order else)
-    workers = max(1, workers)
-    out: list = []
-    left = len(items)
-    for w in range(workers):
-        size = left // (workers - w)
-        left -= size
-        share = slow[w::workers]
-        take = max(0, size - len(share))
-        out += share + quick[:take]
-        quick = quick[take:]
-    return out + quick
-
-
 def pytest_configure(config: pytest.Config) -> None:
     # pyproject.toml registers these too; registering here keeps --strict-markers happy
     # when pytest runs with another ini file (-c) or none
@@ -218,8 +163,6 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, line in MARKERS.items():
         if name not in known:
             config.addinivalue_line("markers", line)
-    if not config.pluginmanager.has_plugin("onnxsplit-slow-across-workers"):
-        config.pluginmanager.register(_SlowAcrossWorkers(), "onnxsplit-slow-across-workers")
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,5 @@
 """The package's structure stays easy to see: no import cycle among its modules (counting
-imports inside functions), no private name used outside its module; and the suite's slow tests
-dealt among its workers (tests/conftest.py)."""
+imports inside functions), no private name used outside its module."""
 
 from __future__ import annotations
 
@@ -80,36 +79,3 @@ def test_the_checks_see_a_cycle_and_a_private_use(tmp_path, monkeypatch):
     assert [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1] == [["onnxsplit.a",
                                                                                            "onnxsplit.b"]]
     assert private == [("onnxsplit.a", "onnxsplit.b", "_hidden")]
-
-
-def test_the_slow_tests_are_dealt_among_the_workers_longest_first():
-    """conftest.deal: each of xdist worksteal's first chunks starts with its share of the
-    slow tests, the longest (conftest.LONGEST, every one of them marked slow) first;
-    nothing lost or repeated."""
-    import conftest
-
-    assert set(conftest.LONGEST) <= conftest.SLOW
-
-    class Item:
-        def __init__(self, name: str, slow: bool):
-            self.name, self.slow = name, slow
-
-        def get_closest_marker(self, mark: str):
-            return True if mark == "slow" and self.slow else None
-
-    longest = [Item(name, True) for name in conftest.LONGEST[:4]]
-    other_slow = [Item(f"s{i}", True) for i in range(5)]
-    quick = [Item(f"q{i}", False) for i in range(40)]
-    items = quick[:10] + other_slow + quick[10:] + longest[::-1]
-    for workers in (1, 2, 3):
-        dealt = conftest.deal(items, workers)
-        assert sorted(map(id, dealt)) == sorted(map(id, items))
-        slow_first = longest + other_slow
-        left, start = len(items), 0
-        for w in range(workers):
-            size = left // (workers - w)
-            left -= size
-            share = slow_first[w::workers]
-            assert dealt[start:start + len(share)] == share
-            assert not any(it.slow for it in dealt[start + len(share):start + size])
-            start += size
