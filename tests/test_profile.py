@@ -65,11 +65,13 @@ def test_node_sum_tracks_whole_model(tiny, mlp_path):
     entry = tiny[0].entries[0]
     assert entry.settings["method"] == "alone"  # auto: its nodes are far under 20 us
     assert 0.2 < entry.node_sum_ms() / entry.whole_model_ms["median"] < 5
-    for method, band in (("in_graph", (0.8, 1.25)), ("alone", (0.6, 1.4))):
+    for method, band in (("in_graph", (0.8, 1.25)), ("alone", (0.4, 1.4))):
         # measured again once where the first is out of band: a busy moment moved one
         # whole-model median 3x (1.93 ms of nodes against 6.21 ms) in a full suite; a slip
-        # in the sums is out of band every time (three tries: beside a CPU-bound process the
-        # nodes timed alone measured 0.42 of the whole, twice)
+        # in the sums is out of band every time (three tries).  Beside a CPU-bound process the
+        # nodes timed alone measured 0.42 of the whole twice, and 0.46 in all three tries of
+        # a fresh-clone run: the band's low end is below that; a node counted twice still
+        # lands far above its high end
         for attempt in range(3):
             e = profile(mlp_path, cache=False, repeats=10, quiet=True, method=method).entries[0]
             ratio = e.node_sum_ms() / e.whole_model_ms["median"]
