@@ -84,6 +84,7 @@ def build_workload(
     shared_weights: str = "first",
     activations: str = "outputs",
     calibrate: bool = True,
+    peak_activations: Mapping[str, int] | None = None,
 ) -> Workload:
     if shared_weights not in SHARED_WEIGHTS:
         raise ClusterError(f"shared_weights must be one of {', '.join(SHARED_WEIGHTS)}, "
@@ -117,6 +118,7 @@ def build_workload(
     nodes = []
     for n in graph.nodes:
         act = sum(graph.tensors[o].bytes for o in n.outputs if o)
+        act = max(act, (peak_activations or {}).get(n.name, 0))  # (the largest shape's, for a range)
         size = weight_bytes[n.name] + n.data_bytes + (act if activations == "outputs" else 0)
         extra = {"opType": n.qualified_op,
                  "latencySource": {"cpu": cpu_src[n.name], "acc": acc_src[n.name]},

@@ -98,7 +98,8 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
             quiet: bool = False, input_fills: Mapping[str, float] | None = None,
             shared_weights: str = "first", activations: str = "outputs", repeats: int = 10,
             as_run: bool = True, narrate: bool = True, recalibrate: bool = False,
-            check: Callable[[Prepared], None] | None = None) -> Prepared:
+            check: Callable[[Prepared], None] | None = None,
+            largest: Mapping[str, Iterable[int]] | None = None) -> Prepared:
     """The one route from a model to a workload: import it (checked), profile what the
     profile file (default: the per-user cache) lacks and this machine can measure, build
     the workload for the devices (this machine's, or a cluster file's; an accelerator
@@ -107,7 +108,9 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     (``recalibrate``: again, where the profile entry already holds a calibration).
     ``check``: called with what is prepared before the calibration, so that an input it
     refuses (a pin, a plan file) is refused before a minute of measuring.  ``narrate``: say each step on stderr (the main command does; a measurement's progress
-    shows unless ``quiet``)."""
+    shows unless ``quiet``).  ``largest``: the largest shapes the parts will take (a
+    range's upper corner), where each node's outputs are counted against memory when they
+    are larger than at ``input_shapes`` (:func:`_peak_activations`)."""
     silent = quiet or not narrate
     seconds = {}
     cluster = Cluster.from_file(devices) if devices else Cluster.detect()
@@ -116,6 +119,7 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     t = time.perf_counter()
     _say(silent, f"importing {model}")
     graph = OpGraph.from_onnx(model, input_shapes, check_runtime=True, input_fills=input_fills)
+    peaks = _peak_activations(model, graph, input_shapes, largest, input_fills)
     seconds["import"] = time.perf_counter() - t
     t = time.perf_counter()
     known, cache, measured = ensure_profiled(
@@ -125,7 +129,7 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
         _say(silent, f"profile: cached in {cache}")
     seconds["profile"] = time.perf_counter() - t
     workload = build_workload(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
-                              activations=activations)
+                              activations=activations, peak_activations=peaks)
     _check_total_memory(workload, cluster, accs)
     if check is not None:
         check(Prepared(graph, cluster, acc, workload, seconds))
@@ -136,9 +140,26 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     if refused:  # (a provider that failed on the whole model: the workload without it)
         known = replace(known, entries=tuple(refused.get(id(e), e) for e in known.entries))
         workload = build_workload(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
-                                  activations=activations)
+                                  activations=activations, peak_activations=peaks)
     seconds["calibrate"] = time.perf_counter() - t
     return Prepared(graph, cluster, acc, workload, seconds, as_run, unopt)
+
+
+def _peak_activations(model, graph, given, largest, input_fills) -> dict[str, int] | None:
+    """Each node's output bytes at ``largest`` (the model imported again at those shapes,
+    the other inputs ``given`` as planned or following by dimension names), where they
+    differ from ``graph``'s: parts made for a range of shapes hold each shape of it, so a
+    device's memory must hold the activations of the largest (a decoder's prefill of 128
+    tokens, not its one-token step; a batch of 8, not the planning shape's 3).  None where
+    ``largest`` is the planning shape or not given."""
+    if not largest:
+        return None
+    wanted = {k: tuple(int(d) for d in v) for k, v in largest.items()}
+    if all(tuple(graph.input_shapes.get(k, ())) == v for k, v in wanted.items()):
+        return None
+    peak = OpGraph.from_onnx(model, {**dict(given or {}), **wanted}, check_runtime=False,
+                             input_fills=input_fills)
+    return {n.name: sum(peak.tensors[o].bytes for o in n.outputs if o) for n in peak.nodes}
 
 
 def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again: bool = False):
@@ -1159,7 +1180,8 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
 
     prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
                    accelerator=accelerator, quiet=quiet, input_fills=input_fills,
-                   recalibrate=recalibrate, check=pins_apply)
+                   recalibrate=recalibrate, check=pins_apply,
+                   largest=ranges.corners(shape_range)[1] if shape_range else None)
     pinned_workload, pinned = applied[0]
     t = time.perf_counter()
     _say(quiet, f"solving for {objective} ({prep.workload.n} operators, {prep.workload.device_summary()})")
@@ -1193,7 +1215,8 @@ def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
 
     prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
                    accelerator=accelerator, quiet=quiet, input_fills=input_fills,
-                   recalibrate=recalibrate, check=plan_of)
+                   recalibrate=recalibrate, check=plan_of,
+                   largest=ranges.corners(shape_range)[1] if shape_range else None)
     if shared:
         prep = replace(prep, workload=_with_shared(prep, execution, plan_path))
     plan = read_plan_file(plan_path, prep.graph, prep.workload)

@@ -272,3 +272,20 @@ def test_a_shape_without_a_promise_prints_a_dash(capsys):
     out = capsys.readouterr().out.splitlines()
     assert "nan" not in "\n".join(out)
     assert out[-2].split()[1:4] == ["-", "-", "ok,"] and out[-1].split()[1:3] == ["2.50", "400.0"]
+
+
+def test_memory_counts_each_nodes_outputs_at_the_largest_shape_of_the_range(tmp_path):
+    """Parts made for a range take its largest shape too: each node's outputs count
+    against a device's memory there (a batch of 1,024 here, 32 times the planning
+    shape's), the weights once; at the planning shape alone, as before."""
+    from onnxsplit.workflow import prepare
+
+    model = batched_mlp(tmp_path / "m.onnx")
+    widths = {"mm0": 32, "relu0": 32, "mm1": 32, "relu1": 32, "mm2": 8}  # each node's output columns
+    weights = {"mm0": 16 * 32 * 4, "mm1": 32 * 32 * 4, "mm2": 32 * 8 * 4}
+    for largest, rows in ((None, 32), ({"x": (32, 16)}, 32), ({"x": (1024, 16)}, 1024)):
+        w = prepare(model, input_shapes={"x": (32, 16)}, largest=largest, as_run=False, narrate=False).workload
+        for node in w.nodes:
+            want = rows * widths[node.name] * 4  # float32
+            assert node.extra["activationBytes"] == want, (largest, node.name)
+            assert node.size == weights.get(node.name, 0) + want
