@@ -108,12 +108,14 @@ def _batched_clients(url: str, session) -> None:
 
 
 def _concurrent_clients_and_bad_requests(url: str, session) -> None:
-    """8 clients of 50 requests each (the tensors binary and JSON in turn), all answered
-    right; bad requests answered in one line each, and serving goes on."""
-    errors, answered = ask_concurrently(url, session, lambda k, j: (2, WIDTH), clients=8, requests=50,
+    """8 clients of 25 requests each (the tensors binary and JSON in turn), all answered
+    right; bad requests answered in one line each, and serving goes on.  (The soak and the
+    flood below send the most; 8 x 50 here had the whole test take 7-9 minutes beside a
+    CPU-bound process.)"""
+    errors, answered = ask_concurrently(url, session, lambda k, j: (2, WIDTH), clients=8, requests=25,
                                         rtol=1e-5, atol=1e-5, join_s=300)
     assert not errors, errors[:3]
-    assert len(answered) == 400  # none lost
+    assert len(answered) == 200  # none lost
 
     def post(path: str, body: bytes) -> tuple[int, dict]:
         req = urllib.request.Request(f"http://{url}{path}", data=body, method="POST")
