@@ -75,6 +75,12 @@ def pick_entries(profile: ModelProfile, cpu: DeviceSpec, acc: DeviceSpec | None
     return cpu_entry, acc_entry
 
 
+def output_bytes(graph: OpGraph) -> dict[str, int]:
+    """Each node's output bytes at the graph's shapes: what ``activations="outputs"``
+    counts against a device's memory."""
+    return {n.name: sum(graph.tensors[o].bytes for o in n.outputs if o) for n in graph.nodes}
+
+
 def build_workload(
     graph: OpGraph,
     profile: ModelProfile,
@@ -116,9 +122,9 @@ def build_workload(
     ids = {n.name: i for i, n in enumerate(graph.nodes)}
     weight_bytes, colors, shared = _weights(graph, shared_weights, ids)
     nodes = []
+    own = output_bytes(graph)
     for n in graph.nodes:
-        act = sum(graph.tensors[o].bytes for o in n.outputs if o)
-        act = max(act, (peak_activations or {}).get(n.name, 0))  # (the largest shape's, for a range)
+        act = max(own[n.name], (peak_activations or {}).get(n.name, 0))  # (the largest shape's, for a range)
         size = weight_bytes[n.name] + n.data_bytes + (act if activations == "outputs" else 0)
         extra = {"opType": n.qualified_op,
                  "latencySource": {"cpu": cpu_src[n.name], "acc": acc_src[n.name]},

@@ -28,7 +28,7 @@ import numpy as np
 from . import calibrate, machine, parts_report, progress, ranges
 from .providers import openvino
 from . import export as ex
-from .build import build_workload, choose_accelerators, pick_entries, providers_needed
+from .build import build_workload, choose_accelerators, output_bytes, pick_entries, providers_needed
 from .cluster import Cluster
 from .errors import ClusterError, OnnxsplitError, SolveError, SplitError
 from .export import check_out, session_ready
@@ -157,9 +157,8 @@ def _peak_activations(model, graph, given, largest, input_fills) -> dict[str, in
     wanted = {k: tuple(int(d) for d in v) for k, v in largest.items()}
     if all(tuple(graph.input_shapes.get(k, ())) == v for k, v in wanted.items()):
         return None
-    peak = OpGraph.from_onnx(model, {**dict(given or {}), **wanted}, check_runtime=False,
-                             input_fills=input_fills)
-    return {n.name: sum(peak.tensors[o].bytes for o in n.outputs if o) for n in peak.nodes}
+    return output_bytes(OpGraph.from_onnx(model, {**dict(given or {}), **wanted}, check_runtime=False,
+                                          input_fills=input_fills))
 
 
 def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again: bool = False):
