@@ -697,6 +697,8 @@ def _run(args) -> int:
             print(f"  {label:<28} {'-':>11} {'-':>10}  {r['error'][:60]}")
             continue
         ratio = ratios.get(label)
+        if r.get("precision", "f32") != "f32":  # (OpenVINO's default on a CPU with bf16 units)
+            label = f"{label} ({r['precision']})"
         rtext = f"{ratio['throughput']:.2f}x / {ratio['latency']:.2f}x" if ratio else ""
         print(f"  {label:<28} {r['latency_ms']:>11.2f} {r['throughput_per_s']:>10.1f} {rtext:>13}")
     if ratios:

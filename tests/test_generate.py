@@ -314,10 +314,47 @@ def test_an_onnxruntime_genai_model_split_in_two_generates_beside_onnxruntime_ge
         assert r["rates"]["onnxruntime_genai"]["decode_tokens_per_s"] > 0 and r["genai_tokens_equal"]
 
 
-def test_serve_says_it_answers_a_decoder_one_forward_pass_at_a_time(split):
-    """`serve` does not generate: for a decoder's parts it says so before serving."""
+def test_the_gateway_generates_what_the_model_does_and_refuses_in_one_line(split):
+    """`serve`'s gateway answers POST .../generate (Triton's generate extension) with the
+    reference's tokens, the parts composed as its handles (here the parts folder's runner,
+    awaited as a Ray handle is); a prompt longer than the range, bad fields and a model
+    that is no decoder get a 400 with one line."""
+    from test_batching import FakeHandle, FakeParts, gateway, http, within
+
+    from onnxsplit.running.runner import Parts
+    from onnxsplit.running.serve import Gateway
+
     model, parts = split
     manifest = json.loads((parts / "manifest.json").read_text())
+    g = Gateway("decoder", manifest, [[]], [0], FakeHandle(FakeParts(0.0, compute=Parts(parts).run)))
+    asks = [{"input_ids": PROMPT, "max_tokens": 12, "id": "a"},
+            {"input_ids": [PROMPT[:2]], "parameters": {"max_tokens": 5}},
+            {"input_ids": list(range(20)), "max_tokens": 2},  # (a prefill over 16 tokens: two calls)
+            {"input_ids": PROMPT, "max_tokens": 80},  # (past the range's 80 positions)
+            {"input_ids": [], "max_tokens": 3},
+            {"input_ids": PROMPT, "max_tokens": "many"}]
+
+    async def go():
+        answers = [await g(http("POST", "/v2/models/decoder/generate", json.dumps(a).encode())) for a in asks]
+        meta = await g(http("GET", "/v2"))
+        other = await gateway(FakeParts())(http("POST", "/v2/models/m/generate", json.dumps(asks[0]).encode()))
+        return answers, meta, other
+
+    answers, meta, other = within(go())
+    for a, ask in zip(answers[:3], asks):
+        assert a.status_code == 200, a.body
+        body = json.loads(a.body)
+        prompt = ask["input_ids"][0] if isinstance(ask["input_ids"][0], list) else ask["input_ids"]
+        n = ask.get("max_tokens") or ask["parameters"]["max_tokens"]
+        assert body["output_ids"] == reference(model, prompt, n) and len(body["output_ids"]) == n
+        assert body["parameters"]["first_token_ms"] > 0 and body.get("id") == ask.get("id")
+    words = ["outside the range the parts were made for", "'input_ids' must be a non-empty list",
+             "'max_tokens' must be an integer of at least 0, got \"many\""]
+    for a, w in zip(answers[3:], words):
+        error = json.loads(a.body)["error"]
+        assert a.status_code == 400 and w in error and "\n" not in error, error
+    assert "generate" in json.loads(meta.body)["extensions"] and g.held == 0
+    assert other.status_code == 400 and "not a decoder with past" in json.loads(other.body)["error"]
     note = gen.serve_note(manifest["model"])
-    assert note is not None and "generation requests (token ids in, token ids out) are not served" in note
+    assert note is not None and "POST .../generate" in note
     assert gen.serve_note({"inputs": [{"name": "x"}], "outputs": [{"name": "y"}]}) is None

@@ -137,8 +137,14 @@ def test_openvino_as_its_users_run_it_answers_every_sample_in_order(tmp_path, hi
     samples = [{"x": rng.random((4, 32), dtype=np.float32)} for _ in range(9)]
     outs = list(peer.stream(samples))
     assert len(outs) == 9
-    for s, out in zip(samples, outs):
-        assert np.abs(out["h1"] - reference(model, s)["h1"]).max() <= 1e-4
+    # OpenVINO's default precision: float32, or bf16 on a CPU with bf16 units (an AMD EPYC
+    # here: 2.5e-4 off outputs of about 0.1), which the peer keeps as its users get it
+    assert peer.precision in ("f32", "bf16")
+    tol = 1e-4 if peer.precision == "f32" else 1e-2
+    wants = [reference(model, s)["h1"] for s in samples]
+    for k, out in enumerate(outs):
+        off = [np.abs(out["h1"] - w).max() for w in wants]
+        assert off[k] <= tol * max(1.0, np.abs(wants[k]).max()) and int(np.argmin(off)) == k  # (in order)
     got = measure_pipeline(peer, samples[0], samples=8, warmup=1)
     assert got["latency_ms"] > 0 and got["throughput_per_s"] > 0
 

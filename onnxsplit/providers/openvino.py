@@ -223,7 +223,8 @@ class Hinted:
     """A whole model compiled with one of OpenVINO's performance hints and run as its
     documentation shows (a baseline, measured by ``runner.measure_rounds`` like a loaded
     plan): one request in a loop for LATENCY; for THROUGHPUT an ``AsyncInferQueue`` of
-    the compiled model's optimal number of requests.  Precision is OpenVINO's default."""
+    the compiled model's optimal number of requests.  Precision is OpenVINO's default
+    (bf16 on a CPU with bf16 units: ``precision`` says which)."""
 
     spins = True  # its threads (TBB's) may spin on after a run, as onnxruntime's do
 
@@ -238,6 +239,8 @@ class Hinted:
             self.requests = int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")) \
                 if hint == "THROUGHPUT" else 1
             self.request = self.compiled.create_infer_request()
+            # what it computes in: float32, or bf16 on a CPU with bf16 units (said beside its figures)
+            self.precision = self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
         except Exception as e:
             raise OpenVINOError(_one_line(e)) from None
         self.output_names = [o.get_any_name() for o in self.compiled.outputs]

@@ -128,16 +128,22 @@ class Decoder:
         return out
 
 
-def serve_note(model: Mapping[str, Any]) -> str | None:
-    """What ``serve`` says of a decoder's parts (the manifest's ``model``): it answers one
-    forward pass a request; generation is not served.  None for other models."""
+def decoder_of(model: Mapping[str, Any]) -> Decoder | None:
+    """The decoder a manifest's ``model`` is, or None where it is not one."""
     try:
-        Decoder(model["inputs"], [o["name"] for o in model["outputs"]])
+        return Decoder(model["inputs"], [o["name"] for o in model["outputs"]])
     except (RunError, KeyError, TypeError):
         return None
-    return ("the parts are a decoder with past: each request is one forward pass (its caches in, "
-            "its presents out); generation requests (token ids in, token ids out) are not served "
-            "(`onnxsplit generate PARTS` generates)")
+
+
+def serve_note(model: Mapping[str, Any]) -> str | None:
+    """What ``serve`` says of a decoder's parts (the manifest's ``model``): how it answers
+    generation requests.  None for other models."""
+    if decoder_of(model) is None:
+        return None
+    return ("the parts are a decoder with past: POST .../generate with {\"input_ids\": [token ids], "
+            "\"max_tokens\": N} answers the greedy continuation's token ids (\"output_ids\"); "
+            "/infer answers one forward pass (its caches in, its presents out)")
 
 
 def check_lengths(decoder: Decoder, shape_range: Mapping[str, Any] | None, prompt_len: int,
@@ -171,6 +177,33 @@ def generate(run, decoder: Decoder, prompt: Sequence[int], max_new_tokens: int,
     """Greedy generation: ``run(feeds) -> outputs by name`` (a :class:`runner.Parts`'s
     ``run``, or a session's); the prompt prefilled in calls of at most ``chunk`` tokens
     (all at once by default), then one call a token."""
+    steps = _steps(decoder, prompt, max_new_tokens, eos, keep_logits, chunk)
+    try:
+        feeds = next(steps)
+        while True:
+            feeds = steps.send(run(feeds))
+    except StopIteration as done:
+        return done.value
+
+
+async def generate_async(run, decoder: Decoder, prompt: Sequence[int], max_new_tokens: int,
+                         eos: int | None = None, chunk: int | None = None) -> Generated:
+    """:func:`generate` where ``run(feeds)`` is awaited (``serve``'s gateway, whose parts
+    answer through Ray)."""
+    steps = _steps(decoder, prompt, max_new_tokens, eos, False, chunk)
+    try:
+        feeds = next(steps)
+        while True:
+            feeds = steps.send(await run(feeds))
+    except StopIteration as done:
+        return done.value
+
+
+def _steps(decoder: Decoder, prompt: Sequence[int], max_new_tokens: int, eos: int | None,
+           keep_logits: bool, chunk: int | None):
+    """The loop of greedy generation, as a generator: it yields each call's feeds and is
+    sent that call's outputs; it returns the :class:`Generated` (one loop, however the
+    calls are made)."""
     if not prompt:
         raise RunError("the prompt is empty: give at least one token id")
     if max_new_tokens < 1:
@@ -183,7 +216,7 @@ def generate(run, decoder: Decoder, prompt: Sequence[int], max_new_tokens: int,
     t = time.perf_counter()
     while True:
         ids, pending = pending[:chunk], pending[chunk:]
-        got = run(decoder.feeds(ids, past, seen))
+        got = yield decoder.feeds(ids, past, seen)
         seen += len(ids)
         past = {name: got[present] for name, present in decoder.caches.items()}
         if pending:

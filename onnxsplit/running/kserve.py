@@ -186,3 +186,56 @@ def request_id(body: bytes, header_length: str | None) -> str | None:
     except Exception:
         return None
     return value if isinstance(value, str) else None
+
+
+# ---- generation (Triton's generate extension: POST v2/models/NAME/generate) -------------------------
+
+MAX_TOKENS = 16  # new tokens where a generation request does not say (as vLLM and Triton's examples)
+
+
+def decode_generate(body: bytes) -> dict[str, Any]:
+    """A generation request as Triton's generate extension takes one (a JSON object, its
+    inputs by name and its ``parameters``): ``input_ids`` (the prompt's token ids, a list
+    or a list of one list), ``max_tokens`` and ``eos_token_id`` at the top or among its
+    ``parameters``; ``id`` echoed.  Returns {prompt, max_tokens, eos, id}."""
+    try:
+        request = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ProtocolError("the request body is not JSON") from None
+    if not isinstance(request, dict):
+        raise ProtocolError("the request body must be a JSON object")
+    params = request.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise ProtocolError("'parameters' must be an object")
+    ids = request.get("input_ids")
+    if isinstance(ids, list) and len(ids) == 1 and isinstance(ids[0], list):
+        ids = ids[0]  # (a batch of one prompt)
+    if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                       for t in ids):
+        raise ProtocolError("'input_ids' must be a non-empty list of token ids (integers of at least 0)")
+
+    def number(key: str, default: int | None) -> int | None:
+        value = request.get(key, params.get(key, default))
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ProtocolError(f"'{key}' must be an integer of at least 0, got {json.dumps(value)}")
+        return value
+
+    max_tokens = number("max_tokens", MAX_TOKENS)
+    if max_tokens == 0:
+        raise ProtocolError("'max_tokens' must be at least 1")
+    rid = request.get("id")
+    return {"prompt": ids, "max_tokens": max_tokens, "eos": number("eos_token_id", None),
+            "id": rid if isinstance(rid, str) else None}
+
+
+def encode_generate(model: str, generated, request_id: str | None = None) -> bytes:
+    """The answer to a generation request: the new tokens (``output_ids``) and how long
+    the prefill and the decoding took (``generated``: :class:`generate.Generated`)."""
+    rates = generated.rates()
+    head: dict[str, Any] = {"model_name": model, "model_version": "1", "output_ids": list(generated.tokens),
+                            "parameters": {"first_token_ms": round(rates["first_token_ms"], 3),
+                                           "decode_tokens_per_s": None if rates["decode_tokens_per_s"] is None
+                                           else round(rates["decode_tokens_per_s"], 3)}}
+    if request_id:
+        head["id"] = request_id
+    return json.dumps(head).encode()

@@ -666,7 +666,7 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
             continue
         out[name] = {"execution_provider": ep, "threads": how["threads"],
                      "replicas": getattr(loaded[name], "requests", how.get("replicas", 1)),
-                     **({"hint": how["hint"]} if "hint" in how else {})}
+                     **({"hint": how["hint"], "precision": loaded[name].precision} if "hint" in how else {})}
     for name, got in measure_rounds(loaded, feeds, samples, warmup, rounds,
                                     pair_with="onnxsplit" if plan is not None else None,
                                     time_limit=time_limit).items():

@@ -17,6 +17,13 @@ concurrent requests (:mod:`onnxsplit.running.batching`: Triton's dynamic batcher
 ``GET /v2/models/NAME/stats`` reports what ran, as Triton's statistics extension does,
 with the requests each execution carried.
 
+Parts that make a decoder with past also answer generation requests, as Triton's generate
+extension has them (``POST /v2/models/NAME/generate``: token ids in, the greedy
+continuation's token ids out): the gateway runs :mod:`onnxsplit.running.generate`'s loop,
+a forward pass of the parts a token, each step's caches handed back to the parts (through
+Ray's object store: a served generation's caches do not stay on their part's device, as
+``onnxsplit generate``'s do).
+
 Write-up: docs/machine.md (Running on Ray and serving).
 """
 
@@ -31,8 +38,9 @@ from typing import Any
 from .. import interrupt, ranges
 from .batching import Batcher, Options, Stats, Timeout, batch_dimension
 from .batching import options as batch_options
-from .generate import serve_note
-from .kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata, request_id
+from .generate import check_lengths, decoder_of, generate_async, serve_note
+from .kserve import (HEADER_LENGTH, ProtocolError, decode_generate, decode_request, encode_generate, encode_response,
+                     model_metadata, request_id)
 from .ray_engine import PartActor, actor_plans, ray_module, ship_parts, start, stop
 from .runner import RunError, read_manifest, session_spec
 
@@ -68,6 +76,8 @@ class Gateway:
         self.inputs = manifest["model"]["inputs"]
         self.outputs = manifest["model"]["outputs"]
         self.shape_range = ranges.from_json(manifest["model"].get("shape_range"))
+        self.decoder = decoder_of(manifest["model"])
+        self.range_json = manifest["model"].get("shape_range")
         self.has_rows = batch_dimension(manifest["model"])[0] is not None
         self.timeout_s = timeout_s
         self.stats = Stats()
@@ -124,20 +134,26 @@ class Gateway:
                 if path in ("/v2/health/ready", "/v2/health/live", f"{model}/ready"):
                     return JSONResponse({})
                 if path == "/v2":
-                    return JSONResponse({"name": "onnxsplit", "version": "1",
-                                         "extensions": ["binary_tensor_data"]})
+                    return JSONResponse({"name": "onnxsplit", "version": "1", "extensions": [
+                        "binary_tensor_data", "statistics", *(["generate"] if self.decoder else [])]})
                 if path in (model, f"{model}/versions/1"):
                     return JSONResponse(model_metadata(self.name, self.inputs, self.outputs, self.shape_range))
                 if path in ("/v2/models/stats", f"{model}/stats", f"{model}/versions/1/stats"):
                     return JSONResponse(self.stats.triton(self.name, self._batching()))
-            elif request.method == "POST" and path in (f"{model}/infer", f"{model}/versions/1/infer"):
+            elif request.method == "POST" and path in (f"{model}/infer", f"{model}/versions/1/infer",
+                                                       f"{model}/generate", f"{model}/versions/1/generate"):
+                if path.endswith("/generate") and self.decoder is None:
+                    raise ProtocolError(f"'{self.name}' is not a decoder with past (inputs input_ids and "
+                                        "past_key_values.N.key/value, outputs logits and present.N.key/value): "
+                                        "it answers /infer, not /generate")
                 if self.held >= self.max_ongoing + self.max_queued:
                     return JSONResponse({"error": f"the server is full ({self.max_ongoing} requests in "
                                                   f"progress, {self.max_queued} waiting): try again later"},
                                         503, headers={"Retry-After": "1"})
                 self.held += 1
                 try:
-                    return await self._infer_request(request)
+                    how = self._generate if path.endswith("/generate") else self._infer_one
+                    return await self._in_turn(request, how)
                 finally:
                     self.held -= 1
             if path.startswith("/v2/models/") and not path.startswith(model + "/") and path != model:
@@ -150,12 +166,10 @@ class Gateway:
         except Exception as e:  # a part failed: its own error, one line
             return JSONResponse({"error": _one_line(e)}, 500)
 
-    async def _infer_request(self, request):
-        """An inference request held by the gateway: its turn (at most ``timeout_s`` of
-        waiting), then its answer (within what is left of ``timeout_s``)."""
+    async def _in_turn(self, request, how):
+        """A request held by the gateway: its turn (at most ``timeout_s`` of waiting), then
+        ``how(request, left)``'s answer (within what is left of ``timeout_s``)."""
         import asyncio
-
-        from starlette.responses import Response
 
         if self._turns is None:
             self._turns = asyncio.Semaphore(self.max_ongoing)
@@ -166,22 +180,48 @@ class Gateway:
             raise self._late() from None
         ok = False
         try:
-            body = await request.body()
-            length = request.headers.get(HEADER_LENGTH)
-            feeds, answer = decode_request(body, length, self.inputs, self.shape_range)
-            left = None if self.timeout_s is None else \
-                max(0.0, self.timeout_s - (time.perf_counter_ns() - begin) / 1e9)
-            try:
-                outputs = await self._answer(feeds, left)
-            except Timeout:
-                raise self._late() from None
-            data, headers = encode_response(self.name, outputs, answer, request_id(body, length))
+            answer = await how(request, lambda: None if self.timeout_s is None else
+                               max(0.0, self.timeout_s - (time.perf_counter_ns() - begin) / 1e9))
             ok = True
         finally:
             self._turns.release()
             self.stats.request(ok, time.perf_counter_ns() - begin)
         self.served += 1
+        return answer
+
+    async def _infer_one(self, request, left):
+        """One forward pass of the request's inputs (batched with others where it can be)."""
+        from starlette.responses import Response
+
+        body = await request.body()
+        length = request.headers.get(HEADER_LENGTH)
+        feeds, answer = decode_request(body, length, self.inputs, self.shape_range)
+        try:
+            outputs = await self._answer(feeds, left())
+        except Timeout:
+            raise self._late() from None
+        data, headers = encode_response(self.name, outputs, answer, request_id(body, length))
         return Response(data, headers=headers)
+
+    async def _generate(self, request, left):
+        """Greedy generation from the request's token ids: the prefill, then a forward pass
+        of every part a token, the caches handed back to the parts each step (not batched)."""
+        import asyncio
+
+        from starlette.responses import Response
+
+        asked = decode_generate(await request.body())
+        try:
+            chunk = check_lengths(self.decoder, self.range_json, len(asked["prompt"]), asked["max_tokens"])
+        except RunError as e:
+            raise ProtocolError(str(e)) from None
+        try:
+            made = await asyncio.wait_for(generate_async(self._infer, self.decoder, asked["prompt"],
+                                                         asked["max_tokens"], asked["eos"], chunk), left())
+        except asyncio.TimeoutError:
+            raise self._late() from None
+        self.stats.execution(1, 1, int(1e9 * (made.prefill_s + sum(made.step_s))))
+        return Response(encode_generate(self.name, made, asked["id"]), headers={"Content-Type": "application/json"})
 
     async def _infer(self, feeds: dict) -> dict:
         responses: list[Any] = []
