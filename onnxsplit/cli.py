@@ -230,6 +230,10 @@ def _parser() -> argparse.ArgumentParser:
     placed.add_argument("--recalibrate", action="store_true",
                         help="measure the whole model as users run onnxruntime again, though the "
                              "profile holds a calibration (when `run` shows the machine moved since)")
+    placed.add_argument("--precision", choices=("f32", "bf16"), default="f32",
+                        help="what parts on OpenVINO compute in: f32 (default), or bf16 as OpenVINO does "
+                             "by default on a CPU with bf16 units (faster; the check then allows what the "
+                             "whole model moves when OpenVINO runs it in bf16)")
     placed.add_argument("--no-verify", action="store_true",
                         help="do not run the parts against the original model")
 
@@ -438,7 +442,7 @@ def _split(args) -> int:
                    input_fills=api.parse_input_values(args.input_value),
                    method=args.method, time_limit=args.time_limit, force=args.force,
                    quiet=args.quiet or args.json, verify=not args.no_verify, profile=args.profile,
-                   accelerator=args.accelerator, recalibrate=args.recalibrate)
+                   accelerator=args.accelerator, recalibrate=args.recalibrate, precision=args.precision)
     return _print_split(result, args.json)
 
 
@@ -452,7 +456,7 @@ def _export(args) -> int:
                          input_fills=api.parse_input_values(args.input_value),
                          quiet=args.quiet or args.json, verify=not args.no_verify,
                          profile=args.profile, accelerator=args.accelerator,
-                         recalibrate=args.recalibrate)
+                         recalibrate=args.recalibrate, precision=args.precision)
     return _print_split(result, args.json)
 
 
@@ -499,6 +503,8 @@ def _print_split(result: dict, as_json: bool) -> int:
     for v in result["violations"]:
         print(f"warning: the plan breaks: {v}")
     _print_per_shape(result)
+    if result.get("precision"):
+        print(f"precision: OpenVINO's parts compute in {result['precision']} (--precision); the rest in float32")
     if verify is not None:
         where = f" (worst at {_shapes_text(verify['shapes'])})" if verify.get("shapes") else ""
         print(f"verify: max abs error {verify['max_abs_error']:.2g}, max rel error "

@@ -1162,11 +1162,27 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
           quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
           accelerator: str | None = None, feeds=None,
           input_fills: Mapping[str, float] | None = None, recalibrate: bool = False,
-          shape_range: Mapping[str, Any] | None = None) -> dict[str, Any]:
+          shape_range: Mapping[str, Any] | None = None, precision: str = "f32") -> dict[str, Any]:
     """Place ``model`` on the devices and write the verified parts into ``out``
     (``recalibrate``: measure the whole model as users run it again, see :func:`prepare`).
     ``shape_range`` (:mod:`onnxsplit.ranges`): the parts are for every shape in it, planned
-    at ``input_shapes``, checked and timed at its corners too."""
+    at ``input_shapes``, checked and timed at its corners too.  ``precision``: what
+    OpenVINO's parts compute in (``bf16``: as OpenVINO does by default on a CPU with bf16
+    units; :func:`openvino.computing_in`)."""
+    with openvino.computing_in(precision, quiet) as computed:
+        return _said(computed, _split(model, out, devices=devices, objective=objective, input_shapes=input_shapes, pins=pins,
+                      method=method, time_limit=time_limit, force=force, quiet=quiet, verify=verify,
+                      profile=profile, accelerator=accelerator, feeds=feeds, input_fills=input_fills,
+                      recalibrate=recalibrate, shape_range=shape_range))
+
+
+def _said(computed: str, result: dict[str, Any]) -> dict[str, Any]:
+    """The result, with what OpenVINO's parts computed in where not float32."""
+    return result if computed == "f32" else {**result, "precision": computed}
+
+
+def _split(model, out, *, devices, objective, input_shapes, pins, method, time_limit, force, quiet, verify,
+           profile, accelerator, feeds, input_fills, recalibrate, shape_range) -> dict[str, Any]:
     if objective not in ("throughput", "latency"):
         raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
     check_out(out, force, probe=True)
@@ -1196,9 +1212,17 @@ def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
                 quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
                 accelerator: str | None = None, feeds=None,
                 input_fills: Mapping[str, float] | None = None, recalibrate: bool = False,
-                shape_range: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                shape_range: Mapping[str, Any] | None = None, precision: str = "f32") -> dict[str, Any]:
     """Re-apply a (possibly edited) plan.json to ``model`` and write its verified parts
-    (for every shape of ``shape_range``, as :func:`split`)."""
+    (for every shape of ``shape_range``, and in ``precision``, as :func:`split`)."""
+    with openvino.computing_in(precision, quiet) as computed:
+        return _said(computed, _export_plan(model, plan_path, out, devices=devices, input_shapes=input_shapes, force=force,
+                            quiet=quiet, verify=verify, profile=profile, accelerator=accelerator, feeds=feeds,
+                            input_fills=input_fills, recalibrate=recalibrate, shape_range=shape_range))
+
+
+def _export_plan(model, plan_path, out, *, devices, input_shapes, force, quiet, verify, profile, accelerator,
+                 feeds, input_fills, recalibrate, shape_range) -> dict[str, Any]:
     check_out(out, force, probe=True)
     input_shapes = ranges.planning(shape_range, input_shapes)
     if not Path(plan_path).is_file():

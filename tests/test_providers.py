@@ -239,6 +239,48 @@ def test_a_plan_run_by_openvino_is_written_and_verifies(tmp_path, capsys, monkey
     assert "details.execution.provider" in capsys.readouterr().err
 
 
+@needs_openvino
+def test_parts_on_openvino_compute_in_bf16_where_the_user_allows_it(tmp_path, capsys, monkeypatch):
+    """--precision bf16: OpenVINO's parts compute in bf16 where the CPU has bf16 units (the
+    manifest says so in each part's config), their outputs move as the whole model's do
+    in OpenVINO's bf16, and the check holds them to that; the default stays float32.
+    Without bf16 units, a note and float32."""
+    model, plan = halves_plan(tmp_path, monkeypatch, capsys, "cpu1", provider=openvino.RUNTIME)
+    export = ["export", str(model), "--plan", str(tmp_path / "plan.json"), "--json"]
+    assert main(export + ["--out", str(tmp_path / "f32")]) == 0
+    exact = json.loads(capsys.readouterr().out)
+    assert main(export + ["--out", str(tmp_path / "bf16"), "--precision", "bf16"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    manifest = json.loads((tmp_path / "bf16" / "manifest.json").read_text())
+    assert "precision" not in exact and openvino.PRECISION_ENV not in __import__("os").environ
+    if not openvino.bf16_units():
+        assert "precision" not in manifest and "precision" not in got
+        return
+    assert manifest["precision"] == got["precision"] == "bf16" and got["verify"]["ok"]
+    assert all(p["config"]["INFERENCE_PRECISION_HINT"] == "bf16" for p in manifest["parts"])
+    v = got["verify"]
+    moved = max(v["reduced"]["spread"].values())
+    assert moved > 0 and v["max_abs_error"] > 100 * exact["verify"]["max_abs_error"] + 1e-6  # (bf16 it was)
+    assert v["max_abs_error"] <= 3 * moved
+    # the same parts run in float32 (their config edited) reproduce the model as float32 does
+    for p in manifest["parts"]:
+        p["config"]["INFERENCE_PRECISION_HINT"] = "f32"
+    (tmp_path / "bf16" / "manifest.json").write_text(json.dumps(manifest))
+    again = Parts(tmp_path / "bf16").run({"x": np.ones((8, 64), np.float32)})
+    want = reference(model, {"x": np.ones((8, 64), np.float32)})
+    assert max(np.abs(again[k] - want[k]).max() for k in again) <= 1e-4
+
+
+def test_precision_needs_a_known_value(monkeypatch):
+    with pytest.raises(OnnxsplitError, match="unknown precision 'fp8'"):
+        with openvino.computing_in("fp8"):
+            pass
+    monkeypatch.setattr(openvino, "available", lambda: True)
+    monkeypatch.setattr(openvino, "bf16_units", lambda: False)
+    with openvino.computing_in("bf16", quiet=True) as value:
+        assert value == "f32" and openvino.precision() == "f32"
+
+
 # ---------------------------------------------------------------------- weighed like the rest
 
 

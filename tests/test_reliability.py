@@ -169,6 +169,22 @@ def test_tolerance_grows_with_what_the_model_itself_moves():
     assert not verify_tolerance(far, accelerated=False, own={"y": 1e-3})["ok"]
 
 
+def test_parts_in_bf16_may_move_as_far_as_the_whole_model_does_in_it_not_more():
+    """--precision bf16: an output may move REDUCED_FACTOR times what the whole model moves
+    when OpenVINO computes it in bf16; without that measure, or beyond it, it fails."""
+    from onnxsplit.running.verify import REDUCED_FACTOR
+
+    want = {"y": np.array([1.0, 2.0], np.float32)}
+    moved = compare_outputs({"y": np.array([1.0, 2.03], np.float32)}, want)  # (bf16: 1.5% of 2)
+    assert not verify_tolerance(moved, accelerated=True)["ok"]  # (beyond an accelerator's 1e-2 relative)
+    reduced = {"precision": "bf16", "spread": {"y": 0.012}}
+    v = verify_tolerance(moved, accelerated=True, reduced=reduced)
+    assert v["ok"] and v["allowed"]["y"] == {"abs": pytest.approx(REDUCED_FACTOR * 0.012), "why": "reduced"}
+    assert v["reduced"] == reduced
+    far = compare_outputs({"y": np.array([1.0, 2.0 + 1.5 * REDUCED_FACTOR * 0.012], np.float32)}, want)
+    assert not verify_tolerance(far, accelerated=True, reduced=reduced)["ok"]
+
+
 def test_the_reference_spread_is_the_models_own(tmp_path):
     """The original run as the reference and in onnxruntime's default session: an MLP's
     float outputs move a little (another summation order) or not at all, never by more

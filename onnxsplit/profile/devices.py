@@ -190,9 +190,16 @@ def _ep_hardware(ep: str) -> str:
     return ""
 
 
-@functools.lru_cache(maxsize=None)
 def describe(ep: str) -> str:
-    """The hardware an EP runs on, as specific as this machine tells (a profile's key)."""
+    """The hardware an EP runs on, as specific as this machine tells (a profile's key);
+    for OpenVINO's runtime, also the precision it computes in where not float32."""
+    from ..providers import openvino
+
+    return _hardware(ep) + (openvino.hardware_note() if ep == openvino.RUNTIME else "")
+
+
+@functools.lru_cache(maxsize=None)
+def _hardware(ep: str) -> str:
     if ep == CPU_EP or ORTVALUE_DEVICE.get(ep) is None and EP_CLASS.get(ep) is None:
         return cpu_name()
     if ORTVALUE_DEVICE.get(ep) == "cuda" and gpu_names():

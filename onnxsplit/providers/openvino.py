@@ -12,7 +12,12 @@ in a manifest, with the interface the runner uses of an onnxruntime session
   (``infer`` releases the GIL);
 * inference runs in float32 (``INFERENCE_PRECISION_HINT``): on CPUs with bf16 units
   OpenVINO would otherwise compute in bf16, which the check against the original
-  model cannot accept;
+  model cannot accept at float32's tolerance.  Where the user allows it (``--precision
+  bf16``, :func:`precision`: the environment variable PRECISION_ENV, so that the
+  calibration's child process computes as the parts will), OpenVINO computes in bf16 as
+  its users get by default there: the profiles are kept apart (:func:`hardware_note`),
+  the parts' manifest says so, and the check allows what the whole model moves when
+  OpenVINO runs it so (:func:`onnxsplit.running.verify.reduced_spread`);
 * a model with dynamic input dimensions is compiled for the shapes a part was exported
   with, or for the first shapes it is run on (static shapes compile to faster kernels).
 
@@ -25,6 +30,7 @@ time spread over the ONNX nodes it was made of).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -42,6 +48,8 @@ _TYPES = {"f32": "tensor(float)", "f64": "tensor(double)", "f16": "tensor(float1
           "u16": "tensor(uint16)", "u32": "tensor(uint32)", "u64": "tensor(uint64)",
           "boolean": "tensor(bool)", "string": "tensor(string)"}
 COMPILED_SHAPES = 4  # compiled models a session keeps for inputs of other shapes
+PRECISIONS = ("f32", "bf16")  # what onnxsplit lets OpenVINO compute in (--precision)
+PRECISION_ENV = "ONNXSPLIT_OPENVINO_PRECISION"
 
 
 class OpenVINOError(RuntimeError):
@@ -80,11 +88,74 @@ def device_name() -> str:
         return DEVICE
 
 
-def properties(threads: int | None, replicas: int, config: Mapping[str, Any] | None = None,
-               exact: bool = True) -> dict[str, str]:
+def precision() -> str:
+    """What onnxsplit's OpenVINO parts compute in: float32 unless ``--precision bf16`` set
+    PRECISION_ENV (bf16 where the CPU has bf16 units: :func:`bf16_units`)."""
+    import os
+
+    value = os.environ.get(PRECISION_ENV, "f32")
+    if value not in PRECISIONS:
+        from ..errors import OnnxsplitError
+
+        raise OnnxsplitError(f"{PRECISION_ENV}={value!r}: choose one of {', '.join(PRECISIONS)}")
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def bf16_units() -> bool:
+    """Whether OpenVINO computes bf16 on this CPU's own units (it says BF16 among its
+    optimisation capabilities); elsewhere it would compute in float32 anyway."""
+    try:
+        return "BF16" in list(_core().get_property(DEVICE, "OPTIMIZATION_CAPABILITIES"))
+    except Exception:
+        return False
+
+
+@contextlib.contextmanager
+def computing_in(value: str | None, quiet: bool = False) -> Iterator[str]:
+    """``--precision``: OpenVINO's parts, profiles and calibration compute in ``value``
+    within the block (PRECISION_ENV, which child processes inherit); the value in force is
+    yielded.  bf16 needs OpenVINO installed (else OnnxsplitError); on a CPU without bf16
+    units it is float32, said in a note."""
+    import os
+    import sys
+
+    from ..errors import OnnxsplitError
+
+    value = value or "f32"
+    if value not in PRECISIONS:
+        raise OnnxsplitError(f"unknown precision '{value}' (choose {' or '.join(PRECISIONS)})")
+    if value != "f32" and not available():
+        raise OnnxsplitError(f"--precision {value} is what OpenVINO's parts compute in, and OpenVINO is not "
+                             "installed here (pip install 'onnxsplit[openvino]')")
+    if value != "f32" and not bf16_units():
+        if not quiet:
+            print("onnxsplit: note: this CPU has no bf16 units (OpenVINO does not list BF16): "
+                  "OpenVINO computes in f32 here", file=sys.stderr, flush=True)
+        value = "f32"
+    before = os.environ.get(PRECISION_ENV)
+    os.environ[PRECISION_ENV] = value
+    try:
+        yield value
+    finally:
+        if before is None:
+            os.environ.pop(PRECISION_ENV, None)
+        else:
+            os.environ[PRECISION_ENV] = before
+
+
+def hardware_note() -> str:
+    """What a profile's hardware key adds for OpenVINO's precision ('' in float32), so
+    that profiles and calibrations measured in bf16 are kept apart from float32's."""
+    p = precision()
+    return "" if p == "f32" else f", computing in {p}"
+
+
+def properties(threads: int | None, replicas: int, config: Mapping[str, Any] | None = None
+               ) -> dict[str, str]:
     """How onnxsplit compiles a part: ``threads`` per stream (0 or None: OpenVINO's own
-    choice, every core), ``replicas`` streams, float32 where ``exact``; ``config``
-    (OpenVINO property -> value) on top."""
+    choice, every core), ``replicas`` streams, in :func:`precision`; ``config`` (OpenVINO
+    property -> value, a manifest part's: its precision among them) on top."""
     props: dict[str, str] = {}
     if replicas > 1:
         props["NUM_STREAMS"] = str(replicas)
@@ -95,8 +166,7 @@ def properties(threads: int | None, replicas: int, config: Mapping[str, Any] | N
         props["PERFORMANCE_HINT"] = "LATENCY"
         if threads:
             props["INFERENCE_NUM_THREADS"] = str(threads)
-    if exact:
-        props["INFERENCE_PRECISION_HINT"] = "f32"
+    props["INFERENCE_PRECISION_HINT"] = precision()
     props.update({k: str(v) for k, v in (config or {}).items()})
     return props
 

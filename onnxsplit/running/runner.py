@@ -885,8 +885,10 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
     want, own = verify_outputs.reference(model_path, feeds)
     got = parts.run(feeds)
     verify = compare_outputs(got, {o: want[o] for o in parts.output_names})
+    precision = parts.manifest.get("precision")  # (parts OpenVINO ran in bf16: --precision)
+    reduced = verify_outputs.reduced_spread(model_path, feeds, want, precision) if precision else None
     verify.update(verify_outputs.tolerance(verify, any(ep != CPU_EP for ep in parts.execution_providers),
-                                           own))
+                                           own, reduced))
     result: dict[str, Any] = {
         "parts_dir": str(parts.dir),
         "run_as": parts.manifest.get("run_as", "pipeline"),

@@ -14,6 +14,11 @@ float output is allowed the largest of
   ACCELERATOR_REL_TOLERANCE where a part ran on another provider's kernels (TF32 on
   CUDA, OpenVINO's) or the output is a half-precision float.
 
+Parts OpenVINO ran in bf16 (``--precision bf16``: the manifest's ``precision``) may also
+move each output REDUCED_FACTOR times as far as the whole model moves when OpenVINO runs it
+in that precision (:func:`reduced_spread`): as accurate as the user's alternative, not
+more, and no looser.
+
 Integer and boolean outputs must be equal; a NaN or infinity the original does not have
 fails.  Wrong wiring, zeroed or garbage weights give errors of the outputs' own size;
 a part computing with subtly corrupted weights moves its outputs far more than a
@@ -41,6 +46,8 @@ SPREAD_FACTOR = 10.0
 # 6e-5 (models/small_bert, 1x64), 1.1e-3 (BERT-base, 1x128; max abs 2.8e-3). A wrong
 # wiring of the parts gives errors of the outputs' own size.
 ACCELERATOR_REL_TOLERANCE = 1e-2
+# how far beyond the whole model's own move in OpenVINO's bf16 a part computing in it may be
+REDUCED_FACTOR = 3.0
 HALF = ("float16", "bfloat16")
 
 
@@ -96,13 +103,16 @@ def spread(outputs: list[Mapping[str, Any]], want: Mapping[str, Any]) -> dict[st
 
 
 def tolerance(verify: Mapping[str, Any], accelerated: bool,
-              own: Mapping[str, float] | None = None) -> dict[str, Any]:
+              own: Mapping[str, float] | None = None,
+              reduced: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Whether ``verify`` (:func:`compare_outputs`) is close enough (see the module
-    docstring; ``own``: the original model's own spread per output, :func:`spread`):
-    ``ok``, the ``tolerance`` in its old terms (the absolute floor, and the relative one
-    where it applies) and ``allowed`` per output with why (``abs``, ``spread`` or
-    ``relative``)."""
+    docstring; ``own``: the original model's own spread per output, :func:`spread`;
+    ``reduced``: :func:`reduced_spread`'s, where parts computed in bf16): ``ok``, the
+    ``tolerance`` in its old terms (the absolute floor, and the relative one where it
+    applies) and ``allowed`` per output with why (``abs``, ``spread``, ``relative`` or
+    ``reduced``)."""
     own = own or {}
+    low = (reduced or {}).get("spread") or {}
     rel_any = accelerated or bool(verify.get("half_precision"))
     tol: dict[str, float] = {"max_abs_error": ABS_TOLERANCE}
     if rel_any:
@@ -121,12 +131,12 @@ def tolerance(verify: Mapping[str, Any], accelerated: bool,
             continue
         rel = ACCELERATOR_REL_TOLERANCE if (accelerated or p["kind"] == "half") else REL_TOLERANCE
         options = {"abs": ABS_TOLERANCE, "spread": SPREAD_FACTOR * own.get(name, 0.0),
-                   "relative": rel * p["scale"]}
+                   "relative": rel * p["scale"], "reduced": REDUCED_FACTOR * low.get(name, 0.0)}
         why = max(options, key=options.get)
         allowed[name] = {"abs": options[why], "why": why}
         ok &= p["abs"] <= options[why]
     return {"tolerance": tol, "ok": bool(ok), "allowed": allowed,
-            **({"spread": dict(own)} if own else {})}
+            **({"spread": dict(own)} if own else {}), **({"reduced": dict(reduced)} if reduced else {})}
 
 
 def reference(model_path: str | Path, feeds: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
@@ -153,6 +163,24 @@ def reference(model_path: str | Path, feeds: Mapping[str, Any]) -> tuple[dict[st
     return outs[0], spread(outs[1:], outs[0])
 
 
+def reduced_spread(model_path: str | Path, feeds: Mapping[str, Any], want: Mapping[str, Any],
+                   precision: str) -> dict[str, Any]:
+    """How far the whole model's outputs move from ``want`` (the reference) when OpenVINO
+    runs it computing in ``precision``, as its users run it there: {precision, spread:
+    output -> largest difference}.  RunError where OpenVINO cannot run it."""
+    from ..errors import RunError
+    from ..providers import openvino
+
+    try:
+        sess = openvino.open_sessions(model_path, threads=0,
+                                      config={"INFERENCE_PRECISION_HINT": precision})[0]
+        got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, dict(feeds))))
+    except Exception as e:
+        raise RunError(f"OpenVINO cannot run the original model in {precision} to ground the check: "
+                       f"{' '.join(str(e).split())[:300]}") from None
+    return {"precision": precision, "spread": spread([got], want)}
+
+
 def says(verify: Mapping[str, Any]) -> str:
     """The tolerance a check was held to, in words, for its worst output."""
     allowed = verify.get("allowed") or {}
@@ -162,6 +190,9 @@ def says(verify: Mapping[str, Any]) -> str:
         why = {"abs": "absolute", "exact": "exact",
                "spread": f"{SPREAD_FACTOR:g}x the {verify.get('spread', {}).get(worst, 0):.2g} the "
                          "model's own output moves between onnxruntime's configurations",
-               "relative": "relative to its largest value"}[a["why"]]
+               "relative": "relative to its largest value",
+               "reduced": f"{REDUCED_FACTOR:g}x the {(verify.get('reduced') or {}).get('spread', {}).get(worst, 0):.2g} "
+                          f"the whole model's output moves when OpenVINO computes it in "
+                          f"{(verify.get('reduced') or {}).get('precision')}"}[a["why"]]
         return f"{a['abs']:.2g} on '{worst}' ({why})"
     return " or ".join(f"{v:g} {k.split('_')[1]}" for k, v in verify["tolerance"].items())
