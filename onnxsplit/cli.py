@@ -710,6 +710,11 @@ def _run(args) -> int:
     if ratios:
         print("  (vs onnxsplit: its throughput over the row's, the row's latency over its; above "
               "1: onnxsplit is faster)")
+    reduced = sorted({b["precision"] for b in (result.get("baselines") or {}).values()
+                      if b.get("precision", "f32") != "f32"})
+    if reduced and result.get("precision", "f32") == "f32":
+        print(f"  (OpenVINO computes in {reduced[0]} on this CPU by default, the parts in float32: split with "
+              f"--precision {reduced[0]} to let onnxsplit's OpenVINO parts compute so too)")
     cut = result["measured"].get("time_limited")
     if cut:
         print(f"  (measured in {cut['rounds']} rounds of {cut['per_round']} sample(s) a session, "

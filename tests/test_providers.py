@@ -157,6 +157,8 @@ def test_run_measures_openvino_beside_onnxsplit(tmp_path):
     for hint in openvino.HINTS:
         b = got[f"openvino_{hint.lower()}"]
         assert b["hint"] == hint and b["latency_ms"] > 0 and b["throughput_per_s"] > 0
+        # what it computes in, as its users get it: bf16 where the CPU has bf16 units
+        assert b["precision"] == ("bf16" if openvino.bf16_units() else "f32")
     assert got["openvino_throughput"]["replicas"] >= 1
 
 

@@ -900,6 +900,7 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
                       if ep != p["execution_provider"]],
         "verify": verify,
         "predicted": parts.manifest.get("predicted"),
+        "precision": precision or "f32",
     }
     at = {t["name"]: list(np.shape(feeds[t["name"]])) for t in parts.inputs}
     if parts.manifest.get("model") and at != {t["name"]: list(t["shape"]) for t in parts.inputs}:
