@@ -86,8 +86,8 @@ def _short(provider: str) -> str:
 
 
 def bench(model: str, shapes: str, objective: str, devices: str | None, samples: int,
-          time_limit: float, method: str = "auto") -> dict:
-    args = [model, "--method", method] + (["--input-shape", shapes] if shapes else [])
+          time_limit: float, method: str = "auto", precision: str = "f32") -> dict:
+    args = [model, "--method", method, "--precision", precision] + (["--input-shape", shapes] if shapes else [])
     if devices:
         args += ["--devices", devices]
     with tempfile.TemporaryDirectory(prefix="bench_vs_ort.") as tmp:
@@ -141,6 +141,9 @@ def bench(model: str, shapes: str, objective: str, devices: str | None, samples:
         "providers": {k: {f: v[f] for f in ("faster_on", "operators", "time_share",
                                             "best_of_both_ms", "cpu_ms", "own_ms")}
                       for k, v in wins.items()},
+        # what the parts' OpenVINO parts and OpenVINO's own runs computed in
+        "precision": run.get("precision", "f32"),
+        "ov_precision": (base.get(hint) or {}).get("precision"),
         "split": split, "run": run,
     }
 
@@ -231,6 +234,10 @@ def footer(results: list[dict]) -> None:
     """What follows the table's rows: the legend, how much of each model's time each
     provider wins per operator, and the verdict."""
     print(LEGEND)
+    for mine, theirs in sorted({(r.get("precision", "f32"), r.get("ov_precision")) for r in results
+                                if r.get("ov_precision")}):
+        print(f"precision: onnxsplit's OpenVINO parts computed in {mine} (--precision), OpenVINO's own "
+              f"runs (ov) in {theirs} (its default on this CPU)")
     for line in provider_lines(results):
         print(line)
     for line in verdict(results):
@@ -271,6 +278,8 @@ def main(argv=None) -> int:
     ap.add_argument("--method", default="auto",
                     help="the main command's --method (auto: its defaults, which the issue judges; "
                          "another: that solver's split, to check its prediction)")
+    ap.add_argument("--precision", choices=("f32", "bf16"), default="f32",
+                    help="the main command's --precision: what onnxsplit's OpenVINO parts compute in")
     ap.add_argument("--json", metavar="OUT.json", help="also write every result here")
     ap.add_argument("--show", metavar="RESULTS.json", action="append", default=[],
                     help="print the table and the verdict of results a run wrote with --json "
@@ -291,7 +300,7 @@ def main(argv=None) -> int:
         model, _, shapes = spec.partition(":")
         for objective in args.objective.split(","):
             r = bench(model, shapes, objective, args.devices, args.samples, args.time_limit,
-                      args.method)
+                      args.method, args.precision)
             results.append(r)
             if args.json:  # each result as it comes: an interrupted bench keeps what it measured
                 write_atomic(args.json, json.dumps(results, indent=1) + "\n")
