@@ -297,7 +297,8 @@ def test_ctrl_c_ends_a_measuring_run_within_two_seconds(tmp_path):
     e = export(g, {n.name: f"cpu{int(i >= half)}" for i, n in enumerate(g.nodes)}, tmp_path / "p",
                providers={"cpu0": "CPUExecutionProvider", "cpu1": "CPUExecutionProvider"})
     before = sorted((p.name, p.stat().st_size) for p in e.out.iterdir())
-    p = _started(["run", str(e.out), "--samples", "1000000"], wait_for=5.0)
+    # (a time limit far beyond the wait: the run fits its rounds to it, not to the samples asked)
+    p = _started(["run", str(e.out), "--samples", "1000000", "--time-limit", "3600"], wait_for=5.0)
     t0 = time.perf_counter()
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=30)

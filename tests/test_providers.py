@@ -417,11 +417,12 @@ def test_openvino_node_times_cover_its_counted_time(tmp_path):
     reads = {f"{op}{i}": [f"{nxt}{j}"] for i in range(3) for op, nxt, j in
              (("matmul", "add", i), ("add", "relu", i), ("relu", "matmul", i + 1))}
     flops = {n: (2 * 16 * 128 * 128 if n.startswith("matmul") else 16 * 128) + 1.0 for n in names}
-    ms, whole = openvino.profile_nodes(model, feeds, names, flops, runs=5, consumers=reads)
+    ms, whole = openvino.profile_nodes(model, feeds, names, flops, runs=15, consumers=reads)
     assert set(ms) == set(names) and all(v >= 0 for v in ms.values())
     assert sum(ms[f"matmul{i}"] for i in range(3)) > 0.5 * sum(ms.values()) > 0
     # (the whole model's plain runs interleave with the counted ones: on a busy machine
-    # the two move apart, never by 10x)
+    # the two move apart, never by 10x; a layer's median over 5 runs once took 1.3 ms of a
+    # 0.06 ms model, beside two other test workers: over 15 the median holds)
     assert 0.1 * whole["median"] < sum(ms.values()) < 10 * whole["median"]
 
 
