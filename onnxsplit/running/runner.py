@@ -709,9 +709,9 @@ def measure_rounds(loaded: Mapping[str, Parts], feeds: Mapping[str, Any], sample
     once: dict[str, float] = {}
     for name, parts in loaded.items():  # a round lasts at least min_round_s: a fast model's
         try:                             # rounds then spread over seconds, not milliseconds
-            # (a first run can be slow, and any one run on a busy machine: the quickest of
-            # three plans the rounds; one slow second run had fitted 29 samples a round of
-            # a 0.06 ms model into a minute's limit)
+            # (a first run can be slow, and any one run on a busy machine: the quicker of
+            # the next two plans the rounds; beside two test workers a run planned on one
+            # had fitted 29 samples a round of a 0.06 ms model into a minute's limit)
             for k in range(1 if time_limit is None else 3):
                 t = time.perf_counter()
                 parts.run(feeds)
