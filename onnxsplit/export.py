@@ -14,6 +14,7 @@ Write-up: docs/machine.md (The parts, annotated.onnx and session.json).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -238,6 +239,7 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
     except OSError as e:
         raise OnnxsplitError(f"output '{out}' cannot be written: {e.strerror or e}") from None
     interrupt.register(staging)  # removed should Ctrl-C end the process mid-write
+    swap = contextlib.ExitStack()
     try:
         bar = progress.bar(2 * len(parts) + 1, f"writing {len(parts)} part(s)", quiet, unit="file")
         with _WeightWriter(staging / WEIGHTS, base_dir) as weights:
@@ -290,9 +292,11 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 is for the staging only
         if before_swap is not None:
             before_swap(staging)
+        swap.enter_context(interrupt.held())  # (swapped and the old folder removed, or neither)
         interrupt.unregister(staging)  # after the swap it names the old folder
         replaced = _move_into_place(staging, out, force)
     except BaseException as e:
+        swap.close()
         shutil.rmtree(staging, ignore_errors=True)  # (still the staging folder: nothing swapped)
         if isinstance(e, OSError) and not e.filename:
             # (a full disk fails a write, which names no file: say which output it was)
@@ -300,8 +304,9 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         raise
     finally:
         interrupt.unregister(staging)
-    if replaced is not None:  # (outside the handler above: what is left in it is the user's)
-        _remove_made(replaced)
+    with swap:  # (outside the handler above: what is left in the old folder is the user's)
+        if replaced is not None:
+            _remove_made(replaced)
     return Export(out, parts, manifest)
 
 

@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 GRACE_S = 1.2  # for the worker to unwind by itself before the process is ended
+HOLD_S = 0.4  # for a step the process must not end in the middle of (:func:`held`) to finish
 CANCEL = threading.Event()
 
 _lock = threading.Lock()
 _registered: dict[int, Any] = {}
+_hold = threading.Lock()  # held by a step in progress that must end whole (:func:`held`)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -79,6 +81,19 @@ def cleanup_on_exit(thing: Any) -> Iterator[Any]:
     finally:
         with _lock:
             _registered.pop(key, None)
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """A short step the process is not ended in the middle of (a finished folder swapped
+    into place and the one it replaced removed): an interrupt that comes during it ends the
+    process after it (waiting at most HOLD_S); one that came before it raises
+    :class:`Interrupted` instead of starting it.  (Beside a CPU-bound process, Ctrl-C
+    while exporting once left a folder under its staging name: a process ended between
+    the swap and the removal leaves the replaced folder so.)"""
+    with _hold:
+        check()
+        yield
 
 
 def register(thing: Any) -> None:
@@ -165,7 +180,9 @@ def run(body: Callable[[], int]) -> int:
             except KeyboardInterrupt:  # a second Ctrl-C: end now
                 break
         # ended here, whether the worker unwound or is stuck in a native call: threads it
-        # started may still run inside onnxruntime, whose teardown at a normal exit aborts
+        # started may still run inside onnxruntime, whose teardown at a normal exit aborts;
+        # a step that must end whole (held) first ends, and none starts after
+        _hold.acquire(timeout=HOLD_S)
         _remove_registered()
         print("onnxsplit: interrupted", file=sys.stderr)
         for stream in (sys.stdout, sys.stderr):

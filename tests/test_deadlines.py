@@ -325,3 +325,39 @@ def test_a_long_solve_shows_its_progress_and_the_json_carries_the_trace(tmp_path
     assert trace and all(len(t) == 3 for t in trace)
     values = [t[1] for t in trace if t[1] is not None]
     assert values == sorted(values, reverse=True)  # each point an improvement
+
+
+def test_a_step_held_whole_ends_before_an_interrupt_ends_the_process():
+    """export swaps the finished folder in and removes the one it replaced inside
+    interrupt.held(): the main thread, ending the process on Ctrl-C, waits for such a step,
+    and none starts once interrupted.  (Beside a CPU-bound process, Ctrl-C while exporting
+    once left a folder under its staging name: a process ended between the swap and the
+    removal leaves the replaced folder so.)"""
+    from onnxsplit import interrupt
+
+    inside, done = threading.Event(), []
+
+    def step():
+        with interrupt.held():
+            inside.set()
+            time.sleep(0.2)
+            done.append(True)
+
+    t = threading.Thread(target=step)
+    t.start()
+    assert inside.wait(5)
+    assert interrupt._hold.acquire(timeout=interrupt.HOLD_S)  # (as the main thread does)
+    try:
+        assert done == [True]
+    finally:
+        interrupt._hold.release()
+        t.join()
+    interrupt.CANCEL.set()
+    try:
+        with pytest.raises(interrupt.Interrupted):
+            with interrupt.held():
+                done.append("started after the interrupt")
+    finally:
+        interrupt.CANCEL.clear()
+    assert done == [True] and interrupt._hold.acquire(blocking=False)
+    interrupt._hold.release()
