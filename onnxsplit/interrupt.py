@@ -120,6 +120,10 @@ def _remove_registered() -> None:
                 # only what onnxsplit made under a fresh name (mkdtemp, mkstemp) is registered
                 p = Path(thing)
                 if p.is_dir() and not p.is_symlink():
+                    try:  # (renamed first: a worker still writing by its path adds nothing more to it)
+                        p = p.rename(p.with_name(p.name + ".removing"))
+                    except OSError:
+                        pass
                     for _ in range(5):  # the worker may still be writing into it
                         shutil.rmtree(p, ignore_errors=True)
                         if not p.exists():
