@@ -341,6 +341,11 @@ def _parser() -> argparse.ArgumentParser:
                     help="how long the oldest request may wait for others to join its batch (default 1000)")
     bt.add_argument("--preferred-batch-size", type=_at_least(1), action="append", default=[], metavar="N",
                     help="a batch size sent as soon as it is reached; repeatable")
+    bt.add_argument("--pad-dimension", metavar="NAME",
+                    help="batch requests that differ along the dimension NAME (e.g. sequence) too, padded "
+                         "with zeros to a batch's longest, each answer cut back to its own length: for "
+                         "models with an attention mask over it (answers then equal each request served "
+                         "alone up to float rounding, not bit for bit)")
     bt.add_argument("--no-batching", action="store_true", help="run each request alone")
     sv.add_argument("--request-timeout-ms", type=_at_least(1), metavar="N",
                     help="answer 504 to a request not answered within N ms, its wait in the queue "
@@ -1002,7 +1007,8 @@ def _serve(args) -> int:
                        fallback_cpu=args.fallback_cpu, ready_file=args.ready_file,
                        batching=not args.no_batching, max_batch_size=args.max_batch_size,
                        max_queue_delay_microseconds=args.max_queue_delay_microseconds,
-                       preferred_batch_size=args.preferred_batch_size, request_timeout_ms=args.request_timeout_ms,
+                       preferred_batch_size=args.preferred_batch_size, pad_dimension=args.pad_dimension,
+                       request_timeout_ms=args.request_timeout_ms,
                        max_ongoing=args.max_ongoing, max_queued=args.max_queued)
 
 

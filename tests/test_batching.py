@@ -427,3 +427,102 @@ def test_the_gateway_answers_504_past_the_timeout_and_500_for_a_failing_batch():
         assert f.status_code == 500
         assert json.loads(f.body)["error"] == "part p0 on cpu0 failed on sample 0: bad second line"
     assert bad.status_code == 400 and "dimension 0 is 9, outside 1..8x4" in json.loads(bad.body)["error"]
+
+
+# ---- padding a named dimension (--pad-dimension) -------------------------------------------------------
+
+def tokens_model() -> dict:
+    """A manifest's model of token ids and their mask over (batch, sequence) of 1..8 x 1..16,
+    an output per token and one per row."""
+    seq = {"dtype": "int64", "shape": [2, 4], "dims": ["batch", "sequence"]}
+    return {"inputs": [dict(seq, name="ids"), dict(seq, name="mask")],
+            "outputs": [{"name": "h", "dtype": "float32", "shape": [2, 4, 3], "dims": ["batch", "sequence", None]},
+                        {"name": "pooled", "dtype": "float32", "shape": [2, 3], "dims": ["batch", None]}],
+            "shape_range": {"ids": [[1, 8], [1, 16]], "mask": [[1, 8], [1, 16]]}}
+
+
+def tokens(feeds):
+    """Per token a vector of its id; per row the masked sum of them (what padding must not move)."""
+    ids, mask = feeds["ids"], feeds["mask"]
+    h = np.stack([ids * 1.0, ids * 2.0, mask * 1.0], axis=-1).astype(np.float32)
+    return {"h": h, "pooled": (h * mask[..., None]).sum(axis=1).astype(np.float32)}
+
+
+def token_request(length: int, seed: int) -> dict:
+    ids = np.random.default_rng(seed).integers(1, 100, (1, length))
+    return {"ids": ids, "mask": np.ones_like(ids)}
+
+
+def test_requests_of_other_lengths_are_padded_into_one_batch_and_cut_back():
+    """With the sequence padded: requests of 3, 7 and 5 tokens run as one call of 3 x 7,
+    each answer equal to its request run alone (its tokens' outputs cut back to its
+    length, its masked sum unmoved); without, each length is a batch of its own."""
+    reqs = [token_request(n, seed) for seed, n in enumerate((3, 7, 5))]
+    for pad, calls in (("sequence", [(3, 7)]), (None, [(1, 3), (1, 7), (1, 5)])):
+        parts = FakeParts(compute=tokens)
+        opts, _ = options(tokens_model(), max_queue_delay_microseconds=20_000, pad_dimension=pad)
+        b = Batcher(parts, opts, ["ids", "mask"])
+        got = within(submit_all(b, reqs))
+        assert sorted(c["ids"] for c in parts.calls) == sorted(calls)
+        for r, g in zip(reqs, got):
+            want = tokens(r)
+            assert set(g) == set(want)
+            for n in want:
+                np.testing.assert_array_equal(g[n], want[n])
+
+
+def test_padding_refuses_inputs_that_disagree_on_the_length():
+    opts, _ = options(tokens_model(), pad_dimension="sequence")
+    b = Batcher(FakeParts(compute=tokens), opts, ["ids", "mask"])
+    bad = {"ids": np.ones((1, 4), np.int64), "mask": np.ones((1, 5), np.int64)}
+    with pytest.raises(ProtocolError, match="disagree on the length of dimension 'sequence' .4, 5."):
+        b.key(bad)
+
+
+@pytest.mark.parametrize("edit, name, words", [
+    (lambda m: None, "tokens", "no input has a dimension of that name (the inputs name: sequence)"),
+    (lambda m: None, "batch", "it is the batch dimension of input 'ids'"),
+    (lambda m: (m["inputs"][1].update(name="types"), m["shape_range"].update(types=m["shape_range"].pop("mask"))),
+     "sequence", "no attention mask over it"),
+    (lambda m: m["shape_range"].update(ids=[[1, 8], [4, 4]], mask=[[1, 8], [4, 4]]), "sequence",
+     "does not vary in the parts' range"),
+])
+def test_a_dimension_that_cannot_be_padded_is_one_line(edit, name, words):
+    m = tokens_model()
+    edit(m)
+    with pytest.raises(OnnxsplitError) as e:
+        options(m, pad_dimension=name)
+    assert words in str(e.value)
+    assert "\n" not in str(e.value) and str(e.value).startswith(f"--pad-dimension {name}")
+
+
+def test_a_bert_split_answers_padded_requests_as_it_answers_each_alone(tmp_path):
+    """models/small_bert split in two for batches of 1..4 and 4..32 tokens: requests of
+    5, 9 and 16 tokens padded into one call give each its own answer, equal to the parts
+    on that request alone up to float rounding (the mask keeps the padding unread)."""
+    from onnxsplit.export import export
+    from onnxsplit.graph import OpGraph
+    from onnxsplit.running.runner import Parts
+
+    g = OpGraph.from_onnx("models/small_bert.onnx", {"input_ids": (2, 16), "attention_mask": (2, 16)})
+    half = len(g.nodes) // 2
+    cpu = "CPUExecutionProvider"
+    out = export(g, {n.name: f"cpu{int(i >= half)}" for i, n in enumerate(g.nodes)}, tmp_path / "parts",
+                 providers={"cpu0": cpu, "cpu1": cpu}, threads={"cpu0": 1, "cpu1": 1},
+                 shape_range={"input_ids": [[1, 4], [4, 32]], "attention_mask": [[1, 4], [4, 32]]}).out
+    parts = Parts(out)
+    model = json.loads((out / "manifest.json").read_text())["model"]
+    opts, why = options(model, max_queue_delay_microseconds=50_000, pad_dimension="sequence")
+    assert opts is not None and opts.pad.outputs == (("layer_norm_8", 1),), why
+    fake = FakeParts(0.0, compute=parts.run)
+    b = Batcher(fake, opts, ["input_ids", "attention_mask"])
+    rng = np.random.default_rng(3)
+    reqs = [{"input_ids": rng.integers(1, 1000, (1, n)), "attention_mask": np.ones((1, n), np.int64)}
+            for n in (5, 9, 16)]
+    got = within(submit_all(b, reqs), 60)
+    assert [c["input_ids"] for c in fake.calls] == [(3, 16)]
+    for r, answer in zip(reqs, got):
+        alone = parts.run(r)
+        for name, want in alone.items():
+            assert answer[name].shape == want.shape
+            np.testing.assert_allclose(answer[name], want, rtol=1e-4, atol=1e-5)

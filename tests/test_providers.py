@@ -96,6 +96,9 @@ def test_devices_says_in_one_line_what_each_provider_offers(capsys):
                for d in spec["devices"])
     if OV_EP in plugins.libraries() and not plugins.ep_devices(OV_EP):
         assert any("offers no device on this machine" in line for line in notes)
+    if openvino.available():  # (and what it computes in by default, where that is not float32)
+        line = next(n for n in notes if n.startswith(f"onnxsplit: note: {openvino.RUNTIME}: "))
+        assert ("computes in bf16 by default on this CPU" in line) == openvino.bf16_units()
 
 
 @pytest.mark.skipif(not plugins.ep_devices(OV_EP), reason="the OpenVINO plugin EP offers no device here")

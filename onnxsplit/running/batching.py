@@ -17,7 +17,11 @@ model's dimensions, one name across the inputs; every output must have it first.
 model that breaks this is served unbatched (:func:`batch_dimension` says why).
 
 A request joins the queue of the requests whose inputs agree with it on every other
-dimension, in arrival order; a queue's oldest requests are sent together (as many as
+dimension, in arrival order -- or, where the user allows padding of a named dimension
+(``pad_dimension``, e.g. ``sequence``; :func:`padding`), on every other dimension but that
+one: a batch's requests are then padded with zeros to its longest along that dimension (an
+attention mask over it, padded with zeros too, keeps the model from reading the padding),
+and each request's outputs along it are cut back to its own length; a queue's oldest requests are sent together (as many as
 fit under ``max_batch_size`` rows, each request's own dim-0 size counted) when they fill
 a batch or a preferred size, or when the oldest has waited the delay.  At most
 ``max_in_flight`` batches run at once (enough to keep every part busy); requests go on
@@ -52,18 +56,61 @@ class Timeout(Exception):
 
 
 @dataclass(frozen=True)
+class Padding:
+    """A dimension requests may be padded along (:func:`padding`): its name, and its axis
+    in each input and output that has it."""
+
+    name: str
+    inputs: tuple[tuple[str, int], ...]
+    outputs: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
 class Options:
-    """Triton's dynamic batcher options (see the module docstring)."""
+    """Triton's dynamic batcher options (see the module docstring), and the dimension
+    requests may be padded along (None: none)."""
 
     max_batch_size: int
     max_queue_delay_microseconds: int = DEFAULT_DELAY_US
     preferred_batch_size: tuple[int, ...] = ()
+    pad: Padding | None = None
 
     def describe(self) -> str:
         preferred = f", preferred {'/'.join(map(str, self.preferred_batch_size))}" \
             if self.preferred_batch_size else ""
+        pad = f", padding '{self.pad.name}' to a batch's longest" if self.pad else ""
         return (f"batching up to {self.max_batch_size} rows, waiting at most "
-                f"{self.max_queue_delay_microseconds} us{preferred}")
+                f"{self.max_queue_delay_microseconds} us{preferred}{pad}")
+
+
+def padding(model: Mapping[str, Any], name: str) -> Padding:
+    """The dimension ``name`` of a manifest's ``model`` as requests may be padded along it
+    (``--pad-dimension``); a one-line :class:`OnnxsplitError` where it cannot be: the
+    manifest must name it (each input's and output's ``dims``), not as dimension 0, at
+    most once a tensor, varying in the range, and an input named as an attention mask
+    (``*mask*``) must have it, so that the padding is masked."""
+    r = ranges.from_json(model.get("shape_range")) or {}
+    inputs, outputs = [], []
+    for kind, tensors, into in (("input", model["inputs"], inputs), ("output", model["outputs"], outputs)):
+        for t in tensors:
+            dims = list(t.get("dims") or [])
+            at = [k for k, d in enumerate(dims) if d == name]
+            if len(at) > 1:
+                raise OnnxsplitError(f"--pad-dimension {name}: {kind} '{t['name']}' has it {len(at)} times")
+            if at and at[0] == 0:
+                raise OnnxsplitError(f"--pad-dimension {name}: it is the batch dimension of {kind} '{t['name']}'")
+            if at:
+                into.append((t["name"], at[0]))
+    if not inputs:
+        known = sorted({d for t in model["inputs"] for d in (t.get("dims") or [])[1:] if d})
+        raise OnnxsplitError(f"--pad-dimension {name}: no input has a dimension of that name "
+                             f"(the inputs name: {', '.join(known) or 'none'})")
+    if not any(lo != hi for t, axis in inputs for lo, hi in [tuple(r.get(t, [])[axis])] if r.get(t)):
+        raise OnnxsplitError(f"--pad-dimension {name}: it does not vary in the parts' range")
+    if not any("mask" in t.lower() for t, _ in inputs):
+        raise OnnxsplitError(f"--pad-dimension {name}: no attention mask over it among the inputs "
+                             f"({', '.join(t for t, _ in inputs)}): the model would read the padding")
+    return Padding(name, tuple(inputs), tuple(outputs))
 
 
 def batch_dimension(model: Mapping[str, Any]) -> tuple[tuple[int, int] | None, str]:
@@ -108,12 +155,13 @@ def batch_dimension(model: Mapping[str, Any]) -> tuple[tuple[int, int] | None, s
 
 def options(model: Mapping[str, Any], *, enabled: bool = True, max_batch_size: int | None = None,
             max_queue_delay_microseconds: int | None = None,
-            preferred_batch_size=()) -> tuple[Options | None, str]:
+            preferred_batch_size=(), pad_dimension: str | None = None) -> tuple[Options | None, str]:
     """(the batcher's options for a manifest's ``model``, "") or (None, why it is off); a
     one-line :class:`OnnxsplitError` for values that do not fit it."""
     given = [flag for flag, v in (("--max-batch-size", max_batch_size),
                                   ("--max-queue-delay-microseconds", max_queue_delay_microseconds),
-                                  ("--preferred-batch-size", list(preferred_batch_size) or None))
+                                  ("--preferred-batch-size", list(preferred_batch_size) or None),
+                                  ("--pad-dimension", pad_dimension))
              if v is not None]
     if not enabled:
         if given:
@@ -136,9 +184,10 @@ def options(model: Mapping[str, Any], *, enabled: bool = True, max_batch_size: i
     bad = [p for p in preferred if not 1 <= p <= size]
     if bad:
         raise OnnxsplitError(f"--preferred-batch-size {bad[0]} is not between 1 and the largest batch, {size}")
+    pad = padding(model, pad_dimension) if pad_dimension is not None else None
     if size == 1:
         return None, "--max-batch-size 1"
-    return Options(size, delay, preferred), ""
+    return Options(size, delay, preferred, pad), ""
 
 
 class Stats:
@@ -231,7 +280,14 @@ class Batcher:
             elif a.shape[0] != rows:
                 raise ProtocolError(f"input '{name}' has {a.shape[0]} rows (dimension 0) but input "
                                     f"'{first}' has {rows}: the batch dimension must agree")
-        return int(rows or 0), tuple((name, feeds[name].dtype.str, feeds[name].shape[1:]) for name in self.inputs)
+        padded = dict(self.options.pad.inputs) if self.options.pad else {}
+        lengths = {feeds[n].shape[axis] for n, axis in padded.items() if n in feeds and feeds[n].ndim > axis}
+        if len(lengths) > 1:
+            raise ProtocolError(f"the inputs disagree on the length of dimension '{self.options.pad.name}' "
+                                f"({', '.join(map(str, sorted(lengths)))})")
+        return int(rows or 0), tuple((name, feeds[name].dtype.str, tuple(
+            None if k == padded.get(name) else n for k, n in enumerate(feeds[name].shape) if k > 0))
+            for name in self.inputs)
 
     async def submit(self, feeds: Mapping[str, np.ndarray], timeout_s: float | None = None) -> dict[str, np.ndarray]:
         """The request's outputs, run in a batch with others; :class:`Timeout` where none
@@ -340,10 +396,12 @@ class Batcher:
 
     async def _execute(self, batch: list[_Waiting]) -> None:
         total = sum(item.rows for item in batch)
+        lengths = self._lengths(batch)
         if len(batch) == 1:
             feeds = batch[0].feeds
         else:
-            feeds = {n: np.concatenate([item.feeds[n] for item in batch], axis=0) for n in self.inputs}
+            feeds = {n: np.concatenate([self._padded(item.feeds[n], n, max(lengths)) for item in batch], axis=0)
+                     for n in self.inputs}
         out = await self._timed(feeds, total, len(batch))
         if len(batch) == 1:
             _answer(batch[0], out)
@@ -362,9 +420,36 @@ class Batcher:
                     item.future.set_exception(got)
             return
         at = 0
-        for item in batch:
-            _answer(item, {n: a[at:at + item.rows] for n, a in out.items()})
+        cut = dict(self.options.pad.outputs) if self.options.pad else {}
+        for item, length in zip(batch, lengths):
+            _answer(item, {n: _cut_to(a[at:at + item.rows], cut.get(n), length) for n, a in out.items()})
             at += item.rows
+
+    def _lengths(self, batch: list[_Waiting]) -> list[int]:
+        """Each request's length along the padded dimension (0 each where none is)."""
+        if not self.options.pad:
+            return [0] * len(batch)
+        name, axis = self.options.pad.inputs[0]
+        return [int(item.feeds[name].shape[axis]) for item in batch]
+
+    def _padded(self, a: np.ndarray, name: str, length: int) -> np.ndarray:
+        """Input ``name`` of one request padded with zeros to ``length`` along the padded
+        dimension (as it is where it has none, or is that long)."""
+        axis = dict(self.options.pad.inputs).get(name) if self.options.pad else None
+        if axis is None or a.shape[axis] == length:
+            return a
+        widths = [(0, 0)] * a.ndim
+        widths[axis] = (0, length - a.shape[axis])
+        return np.pad(a, widths)
+
+
+def _cut_to(a: np.ndarray, axis: int | None, length: int) -> np.ndarray:
+    """An output's rows cut back to a request's own length along the padded dimension."""
+    if axis is None or np.ndim(a) <= axis:
+        return a
+    index = [slice(None)] * np.ndim(a)
+    index[axis] = slice(0, length)
+    return a[tuple(index)]
 
 
 def _answer(item: _Waiting, outputs: dict) -> None:

@@ -96,7 +96,8 @@ class Gateway:
         o = self.batcher.options
         info = {"enabled": self.batcher.off is None, "max_batch_size": o.max_batch_size,
                 "max_queue_delay_microseconds": o.max_queue_delay_microseconds,
-                "preferred_batch_size": list(o.preferred_batch_size), "max_in_flight": self.batcher.max_in_flight}
+                "preferred_batch_size": list(o.preferred_batch_size), "max_in_flight": self.batcher.max_in_flight,
+                "pad_dimension": o.pad.name if o.pad else None}
         if self.batcher.off:
             info["why_not"] = self.batcher.off
         return info
@@ -245,7 +246,7 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
                 max_ongoing: int = MAX_ONGOING, max_queued: int = MAX_QUEUED, ship: bool = False,
                 batching: bool = True, max_batch_size: int | None = None,
                 max_queue_delay_microseconds: int | None = None, preferred_batch_size=(),
-                request_timeout_ms: int | None = None):
+                pad_dimension: str | None = None, request_timeout_ms: int | None = None):
     """The Serve application of a parts folder (Ray must be running: it reads the
     cluster's resources to size each part's deployment).  ``ship``: the part files go
     to the replicas through the object store (a cluster whose nodes do not see them).
@@ -259,7 +260,7 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
     manifest = read_manifest(folder)
     batched, why = batch_options(manifest["model"], enabled=batching, max_batch_size=max_batch_size,
                                  max_queue_delay_microseconds=max_queue_delay_microseconds,
-                                 preferred_batch_size=preferred_batch_size)
+                                 preferred_batch_size=preferred_batch_size, pad_dimension=pad_dimension)
     specs = [session_spec(folder, manifest)] if manifest.get("run_as") == "session" else list(manifest["parts"])
     name = name or Path(manifest["model"]["path"]).stem
     outs = [[o["name"] for o in p["outputs"]] for p in specs]
@@ -292,7 +293,8 @@ def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0
                 address: str | None = None, fallback_cpu: bool = False, quiet: bool = False,
                 ready_file: str | Path | None = None, batching: bool = True, max_batch_size: int | None = None,
                 max_queue_delay_microseconds: int | None = None, preferred_batch_size=(),
-                request_timeout_ms: int | None = None, max_ongoing: int | None = None,
+                pad_dimension: str | None = None, request_timeout_ms: int | None = None,
+                max_ongoing: int | None = None,
                 max_queued: int | None = None) -> int:
     """Serve until interrupted (Ctrl-C); a Ray this started is shut down at the end.
     ``ready_file``: written (with the URL) once the endpoint answers.  ``batching`` and
@@ -307,10 +309,10 @@ def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0
     manifest = read_manifest(parts_dir)  # a bad folder, or batching it cannot do, is said before Ray starts
     batch = {"batching": batching, "max_batch_size": max_batch_size,
              "max_queue_delay_microseconds": max_queue_delay_microseconds,
-             "preferred_batch_size": tuple(preferred_batch_size or ())}
+             "preferred_batch_size": tuple(preferred_batch_size or ()), "pad_dimension": pad_dimension}
     batched, why = batch_options(manifest["model"], enabled=batching, max_batch_size=max_batch_size,
                                  max_queue_delay_microseconds=max_queue_delay_microseconds,
-                                 preferred_batch_size=preferred_batch_size or ())
+                                 preferred_batch_size=preferred_batch_size or (), pad_dimension=pad_dimension)
     if request_timeout_ms is not None and request_timeout_ms <= 0:
         raise RunError(f"--request-timeout-ms must be at least 1, got {request_timeout_ms}")
     note = serve_note(manifest["model"])
