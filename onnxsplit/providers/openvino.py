@@ -183,7 +183,10 @@ class _Port:
 
 class _Compiled:
     """One model compiled for each input signature it is run with, shared by the streams
-    (sessions) of one part: ``requests`` infer requests per compiled model."""
+    (sessions) of one part: ``requests`` infer requests per compiled model, each with a
+    lock: one infer request runs one inference at a time, and a session may be called
+    from several threads at once (a Serve replica takes concurrent calls: two batches of
+    one shape on one request gave each other's answers)."""
 
     def __init__(self, path: str | Path, props: Mapping[str, str], requests: int,
                  shapes: Mapping[str, Iterable[int]] | None = None):
@@ -220,7 +223,7 @@ class _Compiled:
             compiled = _core().compile_model(model, DEVICE, self.props)
         except Exception as e:
             raise OpenVINOError(_one_line(e)) from None
-        got = (compiled, [compiled.create_infer_request() for _ in range(self.requests)])
+        got = (compiled, [(compiled.create_infer_request(), threading.Lock()) for _ in range(self.requests)])
         if len(self.by_shape) >= COMPILED_SHAPES:
             self.by_shape.pop(next(iter(self.by_shape)))
         self.by_shape[key] = got
@@ -256,18 +259,19 @@ class Session:
         return [RUNTIME]
 
     def run(self, output_names: list[str] | None, feeds: Mapping[str, Any]) -> list[np.ndarray]:
-        request = self._c.request(feeds, self._copy)
-        got = request.infer(dict(feeds))  # (outputs copied out: the request reuses its own)
-        values = list(got.values())
+        request, lock = self._c.request(feeds, self._copy)
         names = [o.name for o in self._c.outputs]
-        if output_names is None:
-            return values
-        out = []
-        for name in output_names:
-            if name in names:
-                out.append(values[names.index(name)])
-            else:
-                out.append(request.get_tensor(name).data.copy())
+        with lock:  # (the request's inputs, its run and its outputs are one caller's at a time)
+            got = request.infer(dict(feeds))  # (outputs copied out: the request reuses its own)
+            values = list(got.values())
+            if output_names is None:
+                return values
+            out = []
+            for name in output_names:
+                if name in names:
+                    out.append(values[names.index(name)])
+                else:
+                    out.append(request.get_tensor(name).data.copy())
         return out
 
 
