@@ -526,3 +526,20 @@ def test_a_bert_split_answers_padded_requests_as_it_answers_each_alone(tmp_path)
         for name, want in alone.items():
             assert answer[name].shape == want.shape
             np.testing.assert_allclose(answer[name], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_request_masked_whole_is_batched_only_with_its_own_length():
+    """A row whose mask is all zeros attends to whatever is there, padding included: such a
+    request joins only requests of its own length, and its answer is its own."""
+    opts, _ = options(tokens_model(), max_queue_delay_microseconds=20_000, pad_dimension="sequence")
+    parts = FakeParts(compute=tokens)
+    b = Batcher(parts, opts, ["ids", "mask"])
+    masked = token_request(3, 9)
+    masked["mask"] = np.zeros_like(masked["mask"])
+    reqs = [token_request(5, 1), masked, token_request(4, 2)]
+    assert b.key(masked)[1] != b.key(token_request(5, 1))[1] == b.key(token_request(4, 2))[1]
+    got = within(submit_all(b, reqs))
+    assert sorted(c["ids"] for c in parts.calls) == [(1, 3), (2, 5)]
+    for r, g in zip(reqs, got):
+        for n, want in tokens(r).items():
+            np.testing.assert_array_equal(g[n], want)

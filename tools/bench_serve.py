@@ -12,7 +12,10 @@ the batch.  The parts are exported here with :func:`onnxsplit.export.export` for
 range (planned at its middle): the split puts the first half of the nodes (in the
 graph's order) on cpu0 and the rest on cpu1, one thread each; the whole model is one part
 on cpu0.  Each request has ``--request-batch`` rows (default the range's lower end) and
-the middle of the range elsewhere.
+the middle of the range elsewhere -- or, with ``--pad-dimension NAME`` (a dimension the
+model names, e.g. ``sequence``), lengths along it spread over its range, one per pooled
+request; the servers ``split-pad`` and ``whole-pad`` then batch them padded (``serve
+--pad-dimension``), ``split`` and ``whole`` only those of equal length.
 
 Closed loop: N clients (tritonclient.http, one thread each) send their next request as
 soon as the last is answered.  Open loop (``--rates``): requests start at fixed times,
@@ -87,21 +90,35 @@ def build_parts(model: Path, r: dict, out: Path) -> tuple[Path, Path]:
     return split, whole
 
 
-def requests(model: Path, r: dict, rows: int):
-    """(POOL requests as {input: array}, their outputs from onnxruntime on the model)."""
+def requests(model: Path, r: dict, rows: int, pad: str | None = None):
+    """(POOL requests as {input: array}, their outputs from onnxruntime on the model);
+    with ``pad``, the pool's lengths along that named dimension spread over its range."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(model), providers=[CPU])
     middle = ranges.middle(r)
     rng = np.random.default_rng(0)
+    lengths = [None] * POOL
+    if pad:
+        axes = {i.name: i.shape.index(pad) for i in session.get_inputs() if pad in list(i.shape)}
+        if not axes:
+            raise SystemExit(f"bench_serve: no input names a dimension '{pad}'")
+        name, axis = next(iter(axes.items()))
+        lo, hi = r[name][axis]
+        lengths = [int(n) for n in np.linspace(lo, hi, POOL).round()]
     pool = []
-    for _ in range(POOL):
+    for k in range(POOL):
         feeds = {}
         for i in session.get_inputs():
-            shape = (rows,) + tuple(middle[i.name][1:])
+            shape = [rows] + list(middle[i.name][1:])
+            if lengths[k] is not None and pad in list(i.shape):
+                shape[list(i.shape).index(pad)] = lengths[k]
+            shape = tuple(shape)
             kind = DTYPES[i.type][1]
             feeds[i.name] = (rng.standard_normal(shape) if np.issubdtype(kind, np.floating)
                              else rng.integers(0, 2, shape)).astype(kind)
+            if pad and "mask" in i.name.lower():  # (a tokenizer's mask: every token of the request real)
+                feeds[i.name] = np.ones(shape, kind)
         pool.append(feeds)
     return session, pool, [session.run(None, f) for f in pool]
 
@@ -294,8 +311,12 @@ def main() -> int:
     ap.add_argument("--rates", default="", help="open-loop requests per second, comma-separated (default none)")
     ap.add_argument("--request-batch", type=int, help="rows per request (default the range's lower end)")
     ap.add_argument("--point-seconds", type=float, default=30.0, help="longest time per point (default 30)")
-    ap.add_argument("--servers", default="split,split-nobatch,whole,ort",
-                    help="which to measure: split, split-nobatch, whole, whole-nobatch, ort")
+    ap.add_argument("--servers", help="which to measure: split, split-nobatch, split-pad, whole, whole-nobatch, "
+                                      "whole-pad, ort (default split,split-nobatch,whole,ort; with "
+                                      "--pad-dimension split-pad,split,whole-pad,ort)")
+    ap.add_argument("--pad-dimension", metavar="NAME",
+                    help="requests of lengths spread over this dimension's range, served padded by the "
+                         "-pad servers (serve --pad-dimension)")
     ap.add_argument("--plot", type=Path, metavar="OUT.html", help="write latency against throughput here")
     args = ap.parse_args()
     r = parse_range(args.input_shape)
@@ -304,8 +325,12 @@ def main() -> int:
     if args.requests < 1 or not concurrency or min(concurrency) < 1 or any(x <= 0 for x in rates):
         raise SystemExit("bench_serve: --requests, --concurrency and --rates must be positive")
     rows_per_request = args.request_batch or max(1, next(iter(r.values()))[0][0])
-    wanted = [s.strip() for s in args.servers.split(",") if s.strip()]
-    unknown = set(wanted) - {"split", "split-nobatch", "whole", "whole-nobatch", "ort"}
+    servers = args.servers or ("split-pad,split,whole-pad,ort" if args.pad_dimension
+                               else "split,split-nobatch,whole,ort")
+    wanted = [s.strip() for s in servers.split(",") if s.strip()]
+    unknown = set(wanted) - {"split", "split-nobatch", "split-pad", "whole", "whole-nobatch", "whole-pad", "ort"}
+    if not args.pad_dimension and {"split-pad", "whole-pad"} & set(wanted):
+        raise SystemExit("bench_serve: the -pad servers need --pad-dimension")
     if unknown:
         raise SystemExit(f"bench_serve: unknown server {sorted(unknown)[0]!r}")
 
@@ -313,12 +338,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         tmp = Path(tmp)
         split, whole = build_parts(args.model, r, tmp)
-        session, pool, expected = requests(args.model, r, rows_per_request)
+        session, pool, expected = requests(args.model, r, rows_per_request, args.pad_dimension)
         print(f"# {args.model.name}: range {', '.join(f'{k}={ranges.text(v)}' for k, v in r.items())}, "
               f"{rows_per_request} row(s) per request, {args.requests} requests per point, "
               f"{os.cpu_count()} CPUs", flush=True)
-        folders = {"split": (split, []), "split-nobatch": (split, ["--no-batching"]),
-                   "whole": (whole, []), "whole-nobatch": (whole, ["--no-batching"])}
+        pad = ["--pad-dimension", args.pad_dimension or ""]
+        folders = {"split": (split, []), "split-nobatch": (split, ["--no-batching"]), "split-pad": (split, pad),
+                   "whole": (whole, []), "whole-nobatch": (whole, ["--no-batching"]), "whole-pad": (whole, pad)}
         for which in wanted:
             if which == "ort":  # onnxruntime's default session, called in this process
                 import onnxruntime as ort
@@ -330,7 +356,8 @@ def main() -> int:
                 server, label = None, "ort default session"
             else:
                 folder, flags = folders[which]
-                label = f"{which.replace('-nobatch', '')}, {'no batching' if flags else 'batching'}"
+                label = f"{which.split('-')[0]}, " + {"": "batching", "nobatch": "no batching",
+                                                      "pad": "padded batches"}[which.partition("-")[2]]
                 server = Server(folder, flags, tmp)
 
                 def make_call(server=server):

@@ -20,8 +20,10 @@ A request joins the queue of the requests whose inputs agree with it on every ot
 dimension, in arrival order -- or, where the user allows padding of a named dimension
 (``pad_dimension``, e.g. ``sequence``; :func:`padding`), on every other dimension but that
 one: a batch's requests are then padded with zeros to its longest along that dimension (an
-attention mask over it, padded with zeros too, keeps the model from reading the padding),
-and each request's outputs along it are cut back to its own length; a queue's oldest requests are sent together (as many as
+attention mask over it, padded with zeros too, keeps the model from reading the padding;
+a request with a row masked whole, which attends to whatever is there, is batched only
+with requests of its own length), and each request's outputs along it are cut back to
+its own length; a queue's oldest requests are sent together (as many as
 fit under ``max_batch_size`` rows, each request's own dim-0 size counted) when they fill
 a batch or a preferred size, or when the oldest has waited the delay.  At most
 ``max_in_flight`` batches run at once (enough to keep every part busy); requests go on
@@ -285,6 +287,9 @@ class Batcher:
         if len(lengths) > 1:
             raise ProtocolError(f"the inputs disagree on the length of dimension '{self.options.pad.name}' "
                                 f"({', '.join(map(str, sorted(lengths)))})")
+        if any(np.any(np.sum(feeds[n], axis=axis) == 0) for n, axis in padded.items()
+               if "mask" in n.lower() and n in feeds and feeds[n].ndim > axis):
+            padded = {}  # (a row masked whole attends to whatever is there: padding would move it)
         return int(rows or 0), tuple((name, feeds[name].dtype.str, tuple(
             None if k == padded.get(name) else n for k, n in enumerate(feeds[name].shape) if k > 0))
             for name in self.inputs)
