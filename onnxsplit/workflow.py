@@ -1170,41 +1170,29 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
     OpenVINO's parts compute in (``bf16``: as OpenVINO does by default on a CPU with bf16
     units; :func:`openvino.computing_in`)."""
     with openvino.computing_in(precision, quiet) as computed:
-        return _said(computed, _split(model, out, devices=devices, objective=objective, input_shapes=input_shapes, pins=pins,
-                      method=method, time_limit=time_limit, force=force, quiet=quiet, verify=verify,
-                      profile=profile, accelerator=accelerator, feeds=feeds, input_fills=input_fills,
-                      recalibrate=recalibrate, shape_range=shape_range))
+        if objective not in ("throughput", "latency"):
+            raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
+        check_out(out, force, probe=True)
+        input_shapes = ranges.planning(shape_range, input_shapes)
+        pins = list(pins)
+        applied = []  # (the calibration leaves the workload as it was: pinned once, before it)
 
+        def pins_apply(p: Prepared) -> None:
+            applied.append(apply_pins(p.workload, parse_pins(pins, p.workload, p.accelerator)))
 
-def _said(computed: str, result: dict[str, Any]) -> dict[str, Any]:
-    """The result, with what OpenVINO's parts computed in where not float32."""
+        prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
+                       accelerator=accelerator, quiet=quiet, input_fills=input_fills,
+                       recalibrate=recalibrate, check=pins_apply,
+                       largest=ranges.corners(shape_range)[1] if shape_range else None)
+        pinned_workload, pinned = applied[0]
+        t = time.perf_counter()
+        _say(quiet, f"solving for {objective} ({prep.workload.n} operators, {prep.workload.device_summary()})")
+        with progress.solving(quiet):
+            cand = choose(prep, pinned_workload, objective, method, time_limit, pinned=bool(pinned))
+        prep.seconds["solve"] = time.perf_counter() - t
+        result = write_parts(prep, cand.plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,
+                             pinned=pinned, candidate=cand, shape_range=shape_range)
     return result if computed == "f32" else {**result, "precision": computed}
-
-
-def _split(model, out, *, devices, objective, input_shapes, pins, method, time_limit, force, quiet, verify,
-           profile, accelerator, feeds, input_fills, recalibrate, shape_range) -> dict[str, Any]:
-    if objective not in ("throughput", "latency"):
-        raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
-    check_out(out, force, probe=True)
-    input_shapes = ranges.planning(shape_range, input_shapes)
-    pins = list(pins)
-    applied = []  # (the calibration leaves the workload as it was: pinned once, before it)
-
-    def pins_apply(p: Prepared) -> None:
-        applied.append(apply_pins(p.workload, parse_pins(pins, p.workload, p.accelerator)))
-
-    prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
-                   accelerator=accelerator, quiet=quiet, input_fills=input_fills,
-                   recalibrate=recalibrate, check=pins_apply,
-                   largest=ranges.corners(shape_range)[1] if shape_range else None)
-    pinned_workload, pinned = applied[0]
-    t = time.perf_counter()
-    _say(quiet, f"solving for {objective} ({prep.workload.n} operators, {prep.workload.device_summary()})")
-    with progress.solving(quiet):
-        cand = choose(prep, pinned_workload, objective, method, time_limit, pinned=bool(pinned))
-    prep.seconds["solve"] = time.perf_counter() - t
-    return write_parts(prep, cand.plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,
-                       pinned=pinned, candidate=cand, shape_range=shape_range)
 
 
 def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
@@ -1216,35 +1204,29 @@ def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
     """Re-apply a (possibly edited) plan.json to ``model`` and write its verified parts
     (for every shape of ``shape_range``, and in ``precision``, as :func:`split`)."""
     with openvino.computing_in(precision, quiet) as computed:
-        return _said(computed, _export_plan(model, plan_path, out, devices=devices, input_shapes=input_shapes, force=force,
-                            quiet=quiet, verify=verify, profile=profile, accelerator=accelerator, feeds=feeds,
-                            input_fills=input_fills, recalibrate=recalibrate, shape_range=shape_range))
+        check_out(out, force, probe=True)
+        input_shapes = ranges.planning(shape_range, input_shapes)
+        if not Path(plan_path).is_file():
+            raise SplitError(f"plan file '{plan_path}' does not exist")
+        data = read_json(plan_path)
+        execution = ((data.get("details") or {}).get("execution") or {}) if isinstance(data, dict) else {}
+        shared = isinstance(execution, dict) and bool(execution.get("shared"))
 
+        def plan_of(p: Prepared) -> Plan:
+            # (before the calibration too, where the providers' devices are not yet timed as
+            # run: what the file names is checked then, and scored once calibrated)
+            return read_plan_file(plan_path, p.graph, _with_shared(p, execution, plan_path) if shared else p.workload)
 
-def _export_plan(model, plan_path, out, *, devices, input_shapes, force, quiet, verify, profile, accelerator,
-                 feeds, input_fills, recalibrate, shape_range) -> dict[str, Any]:
-    check_out(out, force, probe=True)
-    input_shapes = ranges.planning(shape_range, input_shapes)
-    if not Path(plan_path).is_file():
-        raise SplitError(f"plan file '{plan_path}' does not exist")
-    data = read_json(plan_path)
-    execution = ((data.get("details") or {}).get("execution") or {}) if isinstance(data, dict) else {}
-    shared = isinstance(execution, dict) and bool(execution.get("shared"))
-
-    def plan_of(p: Prepared) -> Plan:
-        # (before the calibration too, where the providers' devices are not yet timed as
-        # run: what the file names is checked then, and scored once calibrated)
-        return read_plan_file(plan_path, p.graph, _with_shared(p, execution, plan_path) if shared else p.workload)
-
-    prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
-                   accelerator=accelerator, quiet=quiet, input_fills=input_fills,
-                   recalibrate=recalibrate, check=plan_of,
-                   largest=ranges.corners(shape_range)[1] if shape_range else None)
-    if shared:
-        prep = replace(prep, workload=_with_shared(prep, execution, plan_path))
-    plan = read_plan_file(plan_path, prep.graph, prep.workload)
-    return write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,
-                       shape_range=shape_range)
+        prep = prepare(model, devices=devices, input_shapes=input_shapes, profile=profile,
+                       accelerator=accelerator, quiet=quiet, input_fills=input_fills,
+                       recalibrate=recalibrate, check=plan_of,
+                       largest=ranges.corners(shape_range)[1] if shape_range else None)
+        if shared:
+            prep = replace(prep, workload=_with_shared(prep, execution, plan_path))
+        plan = read_plan_file(plan_path, prep.graph, prep.workload)
+        result = write_parts(prep, plan, out, force=force, verify=verify, quiet=quiet, feeds=feeds,
+                             shape_range=shape_range)
+    return result if computed == "f32" else {**result, "precision": computed}
 
 
 def _with_shared(prep: Prepared, execution: Mapping[str, Any], where) -> Any:

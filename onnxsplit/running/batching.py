@@ -59,12 +59,13 @@ class Timeout(Exception):
 
 @dataclass(frozen=True)
 class Padding:
-    """A dimension requests may be padded along (:func:`padding`): its name, and its axis
-    in each input and output that has it."""
+    """A dimension requests may be padded along (:func:`padding`): its name, its axis in
+    each input and output that has it, and the inputs among those that mask it."""
 
     name: str
     inputs: tuple[tuple[str, int], ...]
     outputs: tuple[tuple[str, int], ...]
+    masks: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -109,10 +110,11 @@ def padding(model: Mapping[str, Any], name: str) -> Padding:
                              f"(the inputs name: {', '.join(known) or 'none'})")
     if not any(lo != hi for t, axis in inputs for lo, hi in [tuple(r.get(t, [])[axis])] if r.get(t)):
         raise OnnxsplitError(f"--pad-dimension {name}: it does not vary in the parts' range")
-    if not any("mask" in t.lower() for t, _ in inputs):
+    masks = tuple(t for t, _ in inputs if "mask" in t.lower())
+    if not masks:
         raise OnnxsplitError(f"--pad-dimension {name}: no attention mask over it among the inputs "
                              f"({', '.join(t for t, _ in inputs)}): the model would read the padding")
-    return Padding(name, tuple(inputs), tuple(outputs))
+    return Padding(name, tuple(inputs), tuple(outputs), masks)
 
 
 def batch_dimension(model: Mapping[str, Any]) -> tuple[tuple[int, int] | None, str]:
@@ -268,6 +270,8 @@ class Batcher:
         self._in_flight = 0
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
+        pad = options.pad  # (each padded input's and output's axis, by name)
+        self._pad_in, self._pad_out = (dict(pad.inputs), dict(pad.outputs)) if pad else ({}, {})
 
     def key(self, feeds: Mapping[str, np.ndarray]) -> tuple[int, tuple]:
         """(rows, the shape every other dimension has): a request whose inputs disagree on
@@ -282,13 +286,13 @@ class Batcher:
             elif a.shape[0] != rows:
                 raise ProtocolError(f"input '{name}' has {a.shape[0]} rows (dimension 0) but input "
                                     f"'{first}' has {rows}: the batch dimension must agree")
-        padded = dict(self.options.pad.inputs) if self.options.pad else {}
-        lengths = {feeds[n].shape[axis] for n, axis in padded.items() if n in feeds and feeds[n].ndim > axis}
+        padded = {n: axis for n, axis in self._pad_in.items() if n in feeds and feeds[n].ndim > axis}
+        lengths = {feeds[n].shape[axis] for n, axis in padded.items()}
         if len(lengths) > 1:
             raise ProtocolError(f"the inputs disagree on the length of dimension '{self.options.pad.name}' "
                                 f"({', '.join(map(str, sorted(lengths)))})")
-        if any(np.any(np.sum(feeds[n], axis=axis) == 0) for n, axis in padded.items()
-               if "mask" in n.lower() and n in feeds and feeds[n].ndim > axis):
+        if padded and any(np.any(np.sum(feeds[n], axis=padded[n]) == 0) for n in self.options.pad.masks
+                          if n in padded):
             padded = {}  # (a row masked whole attends to whatever is there: padding would move it)
         return int(rows or 0), tuple((name, feeds[name].dtype.str, tuple(
             None if k == padded.get(name) else n for k, n in enumerate(feeds[name].shape) if k > 0))
@@ -425,9 +429,8 @@ class Batcher:
                     item.future.set_exception(got)
             return
         at = 0
-        cut = dict(self.options.pad.outputs) if self.options.pad else {}
         for item, length in zip(batch, lengths):
-            _answer(item, {n: _cut_to(a[at:at + item.rows], cut.get(n), length) for n, a in out.items()})
+            _answer(item, {n: _cut_to(a[at:at + item.rows], self._pad_out.get(n), length) for n, a in out.items()})
             at += item.rows
 
     def _lengths(self, batch: list[_Waiting]) -> list[int]:
@@ -440,7 +443,7 @@ class Batcher:
     def _padded(self, a: np.ndarray, name: str, length: int) -> np.ndarray:
         """Input ``name`` of one request padded with zeros to ``length`` along the padded
         dimension (as it is where it has none, or is that long)."""
-        axis = dict(self.options.pad.inputs).get(name) if self.options.pad else None
+        axis = self._pad_in.get(name)
         if axis is None or a.shape[axis] == length:
             return a
         widths = [(0, 0)] * a.ndim

@@ -77,7 +77,6 @@ class Gateway:
         self.outputs = manifest["model"]["outputs"]
         self.shape_range = ranges.from_json(manifest["model"].get("shape_range"))
         self.decoder = decoder_of(manifest["model"])
-        self.range_json = manifest["model"].get("shape_range")
         self.has_rows = batch_dimension(manifest["model"])[0] is not None
         self.timeout_s = timeout_s
         self.stats = Stats()
@@ -213,7 +212,7 @@ class Gateway:
 
         asked = decode_generate(await request.body())
         try:
-            chunk = check_lengths(self.decoder, self.range_json, len(asked["prompt"]), asked["max_tokens"])
+            chunk = check_lengths(self.decoder, self.shape_range, len(asked["prompt"]), asked["max_tokens"])
         except RunError as e:
             raise ProtocolError(str(e)) from None
         try:
