@@ -145,3 +145,22 @@ def test_lower_loads_stay_below_every_load_found_hopeless(monkeypatch):
     for i, T in enumerate(tried):
         assert all(T < earlier for earlier in tried[:i] if earlier >= 22.0), tried
     assert 22.0 / (1 + bound_setcover.RETRY_SPAN) <= bound < 22.0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_exact_cpu_set_against_every_subset(seed):
+    """The certificate's threshold takes the best CPU set's worth from a knapsack: at most
+    the fractional bound, at least what any subset within T is worth (every subset of 10
+    classes tried), and the set it names fits and is worth what it says."""
+    rng = np.random.default_rng(seed)
+    n = 10
+    cpu = rng.uniform(0.5, 5.0, n) * (rng.random(n) > 0.1)  # some classes take no CPU time
+    pi = rng.uniform(0, 1, n) * (rng.random(n) > 0.2)
+    T = float(rng.uniform(2, 15))
+    best = max(float(pi[[g for g in range(n) if m >> g & 1]].sum())
+               for m in range(1 << n) if sum(cpu[g] for g in range(n) if m >> g & 1) <= T)
+    S, value, upper = bound_setcover._cpu_best(cpu, pi, T, 10.0, threading.Event())
+    fractional = bound_setcover._cpu_set(cpu, pi, T, 1)[2]
+    assert cpu[S].sum() <= T + 1e-9 and value == pytest.approx(pi[S].sum())
+    assert value == pytest.approx(best, rel=1e-6, abs=1e-9)
+    assert best - 1e-9 <= upper <= fractional + 1e-9

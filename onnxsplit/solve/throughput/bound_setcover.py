@@ -32,6 +32,7 @@ PURGE_EVERY = 50  # rounds between removals of sets that lost their price
 PURGE_ABOVE = 0.05  # a set is removed when its reduced cost is above this (and it is not basic)
 MARGIN = 1e-6  # relative: the MIP's threshold is lowered by this much, covering its tolerances
 RETRY_SPAN = 0.002  # relative: lower loads are tried until the refuted and the proven one are this close
+KNAPSACK_S = 2.0  # seconds, at most, for the exact CPU set (its bound is kept where it stops)
 PROVEN, EXHAUSTED, STOPPED = "proven", "exhausted", "stopped"  # how a search ends
 
 
@@ -70,6 +71,11 @@ def _search(sets: "_Sets", k: int, l: int, T: float, plan_devices: np.ndarray | 
         if cpu_added:
             master.add(cpu_set, on_cpu=True)
         if not found:
+            if l:  # the greedy's fractional bound can sit far above the best CPU set: the threshold falls with it
+                cpu_set, cpu_value, mu = _cpu_best(sets.cpu, pi, T, deadline - time.perf_counter(), stop)
+                if cpu_value + tau > MARGIN and not master.has(cpu_set, on_cpu=True):
+                    master.add(cpu_set, on_cpu=True)
+                    continue
             threshold = (pi.sum() - l * mu) / k
             certifies = threshold > 1 + 2 * MARGIN
             rhs = threshold * (1 - MARGIN) if certifies else 1 + 10 * MARGIN
@@ -227,6 +233,42 @@ def _cpu_set(cpu: np.ndarray, pi: np.ndarray, T: float, l: int):
     chosen = np.array(sorted(chosen), dtype=np.int64)
     value = float(pi[chosen].sum())
     return chosen, value, max(bound, value)
+
+
+def _cpu_best(cpu: np.ndarray, pi: np.ndarray, T: float, seconds: float, stop: threading.Event):
+    """:func:`_cpu_set` exactly: the 0/1 knapsack on highspy (its dual bound where it runs
+    out of time). On op-level BERT-12 training the fractional bound was 0.285 where the LP's
+    CPU price was 0.167, which took the certificate's threshold from 1.042 to 1.022 and the
+    pricing MIP from 3 s to 25 s."""
+    greedy, greedy_value, fractional = _cpu_set(cpu, pi, T, 1)
+    cand = np.flatnonzero((pi > 0) & (cpu > 0) & (cpu <= T))
+    free = np.flatnonzero((pi > 0) & (cpu <= 0))
+    if fractional <= greedy_value * (1 + 1e-9) or not cand.size or seconds <= 0:
+        return greedy, greedy_value, fractional
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(min(seconds, KNAPSACK_S)))
+    h.setOptionValue("mip_rel_gap", 1e-9)
+    h.cbMipInterrupt.subscribe(lambda event: event.interrupt() if stop.is_set() else None)
+    h.changeObjectiveSense(highspy.ObjSense.kMaximize)
+    m = len(cand)
+    h.addVars(m, np.zeros(m), np.ones(m))
+    h.changeColsCost(m, np.arange(m, dtype=np.int32), pi[cand].astype(np.float64))
+    h.changeColsIntegrality(m, np.arange(m, dtype=np.int32), np.array([highspy.HighsVarType.kInteger] * m))
+    h.addRow(-highspy.kHighsInf, float(T), m, np.arange(m, dtype=np.int32), cpu[cand].astype(np.float64))
+    h.run()
+    base = float(pi[free].sum())
+    upper = min(fractional, base + float(h.getInfo().mip_dual_bound) + 1e-9)
+    if not h.getInfo().primal_solution_status:
+        return greedy, greedy_value, max(upper, greedy_value)
+    chosen = cand[np.array(h.getSolution().col_value) > 0.5]
+    if float(cpu[chosen].sum()) > T:  # within the MIP's tolerance only: keep the greedy's
+        return greedy, greedy_value, max(upper, greedy_value)
+    S = np.array(sorted(np.concatenate([free, chosen])), dtype=np.int64)
+    value = float(pi[S].sum())
+    if value < greedy_value:
+        S, value = greedy, greedy_value
+    return S, value, max(upper, value)
 
 
 class _Master:
