@@ -24,7 +24,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 # the tests also run what optional extras give (Ray: the engine and the server; OpenVINO:
 # its runtime and plugin EP as providers and peers; onnxruntime-genai: generate's peer)
 $(VENV)/.installed-extras: $(VENV)/.installed
-	$(UV_PIP) -e ".[test,ray,openvino,genai]" || $(PIP) -e ".[test,ray,openvino,genai]"
+	$(UV_PIP) -e ".[test,ray,serve,openvino,genai]" || $(PIP) -e ".[test,ray,serve,openvino,genai]"
 	touch $@
 
 # the demo measures the split beside OpenVINO too, the peer a CPU user would pick

@@ -319,16 +319,22 @@ def _parser() -> argparse.ArgumentParser:
     gn.add_argument("--fallback-cpu", action="store_true",
                     help="run a part whose execution provider this machine lacks on the CPU")
 
-    sv = sub.add_parser("serve", help="serve a parts folder over HTTP (Ray Serve, Open Inference Protocol)",
-                        description="Run the parts as a Ray Serve application (one deployment per part) "
-                                    "behind an HTTP endpoint speaking the Open Inference Protocol (KServe "
-                                    "v2, as Triton does): GET /v2/health/ready, GET /v2/models/NAME, "
-                                    "POST /v2/models/NAME/infer.  Ctrl-C stops it.")
+    sv = sub.add_parser("serve", help="serve a parts folder over HTTP (Open Inference Protocol)",
+                        description="Serve the parts behind an HTTP endpoint speaking the Open Inference "
+                                    "Protocol (KServe v2, as Triton does): GET /v2/health/ready, GET "
+                                    "/v2/models/NAME, POST /v2/models/NAME/infer (and /generate for a "
+                                    "decoder with past).  The parts run in this process (--engine local, "
+                                    "the default) or as a Ray Serve application, one deployment per part "
+                                    "(--engine ray, the default with --address).  Ctrl-C stops it.")
     sv.add_argument("parts", help="folder written by onnxsplit (with manifest.json)")
     sv.add_argument("--port", type=_at_least(1), default=8000, metavar="N", help="HTTP port (default 8000)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sv.add_argument("--name", metavar="NAME", help="the model's name in the URLs (default: the model file's stem)")
-    sv.add_argument("--address", metavar="ADDR", help="a running Ray cluster to join (default: start a local one)")
+    sv.add_argument("--engine", choices=["local", "ray"],
+                    help="local: the parts in this process, run by the pipeline that `run` measures (the "
+                         "default); ray: Ray Serve, a deployment a part (the default with --address)")
+    sv.add_argument("--address", metavar="ADDR", help="a running Ray cluster to join (--engine ray; default: "
+                                                      "start a local one)")
     sv.add_argument("--fallback-cpu", action="store_true",
                     help="serve a part whose execution provider the cluster lacks on a CPU")
     sv.add_argument("--ready-file", metavar="FILE", help=argparse.SUPPRESS)
@@ -1001,15 +1007,24 @@ def _workload(args) -> int:
 
 
 def _serve(args) -> int:
+    engine = args.engine or ("ray" if args.address else "local")
+    if engine == "local" and args.address:
+        from .errors import OnnxsplitError
+
+        raise OnnxsplitError("--address joins a Ray cluster: serve there with --engine ray")
+    common = dict(port=args.port, host=args.host, name=args.name, fallback_cpu=args.fallback_cpu,
+                  ready_file=args.ready_file, batching=not args.no_batching, max_batch_size=args.max_batch_size,
+                  max_queue_delay_microseconds=args.max_queue_delay_microseconds,
+                  preferred_batch_size=args.preferred_batch_size, pad_dimension=args.pad_dimension,
+                  request_timeout_ms=args.request_timeout_ms, max_ongoing=args.max_ongoing,
+                  max_queued=args.max_queued)
+    if engine == "local":
+        from .running.serve_local import serve_here
+
+        return serve_here(args.parts, **common)
     from .running.serve import serve_parts
 
-    return serve_parts(args.parts, port=args.port, host=args.host, name=args.name, address=args.address,
-                       fallback_cpu=args.fallback_cpu, ready_file=args.ready_file,
-                       batching=not args.no_batching, max_batch_size=args.max_batch_size,
-                       max_queue_delay_microseconds=args.max_queue_delay_microseconds,
-                       preferred_batch_size=args.preferred_batch_size, pad_dimension=args.pad_dimension,
-                       request_timeout_ms=args.request_timeout_ms,
-                       max_ongoing=args.max_ongoing, max_queued=args.max_queued)
+    return serve_parts(args.parts, address=args.address, **common)
 
 
 def _devices(args) -> int:

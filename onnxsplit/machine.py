@@ -352,7 +352,7 @@ REPLAY_EVENTS = 300_000  # part runs one replay of the runner may take (about a 
 def simulate_runner(devices: list[str], run_ms: list[float], deps: list[list[int]],
                     handoff_ms: float, depth: int | None = None, samples: int | None = None
                     ) -> float:
-    """The runner's pipeline (runner._Pipeline) replayed on part times: ``depth``
+    """The runner's pipeline (runner.Pipeline) replayed on part times: ``depth``
     samples in flight (default: two per device, as the runner keeps them), each device
     running one part at a time, the oldest sample's first, each part ready
     ``handoff_ms`` after its last input.  With one sample: its time through; else the ms

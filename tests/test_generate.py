@@ -308,25 +308,47 @@ def test_an_onnxruntime_genai_model_split_in_two_generates_beside_onnxruntime_ge
         assert np.max(np.abs(a - b)) <= gen.LOGIT_TOL * np.max(np.abs(b))
     again = gen.generate(shared.run, decoder, prompt[:3], 10)  # (the buffers reused: what is past them unread)
     assert again.tokens == gen.generate(gen.whole_model_run(model), decoder, prompt[:3], 10).tokens
+    # `serve`'s local engine: two generations at once, each with buffers of its own
+    import asyncio
+
+    from onnxsplit.running.serve_local import LocalGateway, PartsService
+
+    g = LocalGateway("decoder", p.manifest, service := PartsService(p))
+    try:
+        assert g.shared_why is None
+
+        async def both():
+            return await asyncio.gather(g._generation(prompt, 30, None, None), g._generation(prompt[:3], 10, None, None))
+
+        served = asyncio.run(both())
+    finally:
+        service.close()
+    assert [m.tokens for m in served] == [theirs.tokens, again.tokens]
     if importlib.util.find_spec("onnxruntime_genai") is None:
         assert r["genai"] == "onnxruntime-genai is not installed"
     else:
         assert r["rates"]["onnxruntime_genai"]["decode_tokens_per_s"] > 0 and r["genai_tokens_equal"]
 
 
-def test_the_gateway_generates_what_the_model_does_and_refuses_in_one_line(split):
+@pytest.mark.parametrize("engine", ["handles", "local"])
+def test_the_gateway_generates_what_the_model_does_and_refuses_in_one_line(split, engine):
     """`serve`'s gateway answers POST .../generate (Triton's generate extension) with the
     reference's tokens, the parts composed as its handles (here the parts folder's runner,
-    awaited as a Ray handle is); a prompt longer than the range, bad fields and a model
-    that is no decoder get a 400 with one line."""
+    awaited as a Ray handle is) or, on the local engine, run in this process with their
+    caches in place; a prompt longer than the range, bad fields and a model that is no
+    decoder get a 400 with one line."""
     from test_batching import FakeHandle, FakeParts, gateway, http, within
 
     from onnxsplit.running.runner import Parts
     from onnxsplit.running.serve import Gateway
+    from onnxsplit.running.serve_local import LocalGateway, PartsService
 
     model, parts = split
     manifest = json.loads((parts / "manifest.json").read_text())
-    g = Gateway("decoder", manifest, [[]], [0], FakeHandle(FakeParts(0.0, compute=Parts(parts).run)))
+    if engine == "local":
+        g = LocalGateway("decoder", manifest, service := PartsService(Parts(parts)))  # (caches handed on)
+    else:
+        g = Gateway("decoder", manifest, [[]], [0], FakeHandle(FakeParts(0.0, compute=Parts(parts).run)))
     asks = [{"input_ids": PROMPT, "max_tokens": 12, "id": "a"},
             {"input_ids": [PROMPT[:2]], "parameters": {"max_tokens": 5}},
             {"input_ids": list(range(20)), "max_tokens": 2},  # (a prefill over 16 tokens: two calls)
@@ -341,6 +363,8 @@ def test_the_gateway_generates_what_the_model_does_and_refuses_in_one_line(split
         return answers, meta, other
 
     answers, meta, other = within(go())
+    if engine == "local":
+        service.close()
     for a, ask in zip(answers[:3], asks):
         assert a.status_code == 200, a.body
         body = json.loads(a.body)

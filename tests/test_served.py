@@ -1,4 +1,5 @@
-"""``onnxsplit serve`` end to end: one server, started once, under every load it must take.
+"""``onnxsplit serve`` end to end: one server an engine (in its own process, and on Ray
+Serve), started once, under every load it must take.
 
 A server start is a Ray and Ray Serve (controller, HTTP proxy, the gateway and a replica a
 part): about 20 s of a free core, and 90 - 180 s where the suite's other workers keep both
@@ -70,10 +71,13 @@ def _split(tmp_path):
     return parts.out, ort.InferenceSession(str(model), so, providers=[CPU])
 
 
-def test_one_server_takes_every_load_and_stops_cleanly(tmp_path):
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_one_server_takes_every_load_and_stops_cleanly(tmp_path, engine):
+    """Either engine: the parts in the server's process, or on Ray Serve."""
     parts, session = _split(tmp_path)
     proc, url = serve_in_background(parts, tmp_path / "ready.json", "--max-batch-size", str(MAX_BATCH),
-                                    "--max-ongoing", str(MAX_ONGOING), "--max-queued", str(MAX_QUEUED))
+                                    "--max-ongoing", str(MAX_ONGOING), "--max-queued", str(MAX_QUEUED),
+                                    "--engine", engine)
     try:
         client = httpclient.InferenceServerClient(url)
         assert client.is_server_ready() and client.is_model_ready("mlp")
@@ -81,7 +85,7 @@ def test_one_server_takes_every_load_and_stops_cleanly(tmp_path):
         _batched_clients(url, session)
         _concurrent_clients_and_bad_requests(url, session)
         _soak(url, session, proc)
-        _flood(url, session)
+        _flood(url, session, overflow=engine == "ray")
     finally:
         stopped = stop_server(proc, wait_s=30)
     assert not stopped, stopped
@@ -165,11 +169,14 @@ def _soak(url: str, session, proc) -> None:
     assert max(grew.values()) < SOAK_MIB, grew
 
 
-def _flood(url: str, session) -> None:
+def _flood(url: str, session, overflow: bool) -> None:
     """FLOOD requests at once, far beyond what the server holds: the overflow is answered
     503 at once (JSON, one line, as tritonclient reads it); every request taken is
     answered with the original model's output for its own input (none lost, altered or
-    swapped), none hangs, and the server serves on."""
+    swapped), none hangs, and the server serves on.  ``overflow``: some must be refused
+    (on Ray Serve; the local engine answers the flood as fast as the clients send it --
+    8 s for the whole test here -- so whether any is refused is up to the clients' pace:
+    its gateway's 503 beyond the limits is test_stress.py's)."""
     from tritonclient.http import InferenceServerClient
     from tritonclient.utils import InferenceServerException
 
@@ -225,7 +232,7 @@ def _flood(url: str, session) -> None:
     assert set(codes) <= {200, 503}, [g for g in got if g[0] not in (200, 503)][:3]
     # the first HELD to arrive were taken (nothing else was held then); most of the rest
     # came while that many were held
-    assert codes.count(200) >= HELD and codes.count(503) >= 1, codes
+    assert codes.count(200) >= HELD and (codes.count(503) >= 1 or not overflow), codes
     for k, (code, what) in enumerate(got):
         if code == 200:  # this request's own output: distinct inputs, so nothing swapped
             np.testing.assert_allclose(what, session.run(None, {"x": xs[k]})[0], rtol=1e-5, atol=1e-5)

@@ -312,8 +312,10 @@ def main() -> int:
     ap.add_argument("--request-batch", type=int, help="rows per request (default the range's lower end)")
     ap.add_argument("--point-seconds", type=float, default=30.0, help="longest time per point (default 30)")
     ap.add_argument("--servers", help="which to measure: split, split-nobatch, split-pad, whole, whole-nobatch, "
-                                      "whole-pad, ort (default split,split-nobatch,whole,ort; with "
-                                      "--pad-dimension split-pad,split,whole-pad,ort)")
+                                      "whole-pad, each served in one process (serve's local engine) or, "
+                                      "with @ray after it, on Ray Serve; and ort (default "
+                                      "split,split-nobatch,whole,split@ray,ort; with --pad-dimension "
+                                      "split-pad,split,whole-pad,split-pad@ray,ort)")
     ap.add_argument("--pad-dimension", metavar="NAME",
                     help="requests of lengths spread over this dimension's range, served padded by the "
                          "-pad servers (serve --pad-dimension)")
@@ -325,11 +327,12 @@ def main() -> int:
     if args.requests < 1 or not concurrency or min(concurrency) < 1 or any(x <= 0 for x in rates):
         raise SystemExit("bench_serve: --requests, --concurrency and --rates must be positive")
     rows_per_request = args.request_batch or max(1, next(iter(r.values()))[0][0])
-    servers = args.servers or ("split-pad,split,whole-pad,ort" if args.pad_dimension
-                               else "split,split-nobatch,whole,ort")
+    servers = args.servers or ("split-pad,split,whole-pad,split-pad@ray,ort" if args.pad_dimension
+                               else "split,split-nobatch,whole,split@ray,ort")
     wanted = [s.strip() for s in servers.split(",") if s.strip()]
-    unknown = set(wanted) - {"split", "split-nobatch", "split-pad", "whole", "whole-nobatch", "whole-pad", "ort"}
-    if not args.pad_dimension and {"split-pad", "whole-pad"} & set(wanted):
+    unknown = {w.removesuffix("@ray") for w in wanted} - {"split", "split-nobatch", "split-pad", "whole",
+                                                          "whole-nobatch", "whole-pad", "ort"} | ({"ort@ray"} & set(wanted))
+    if not args.pad_dimension and {"split-pad", "whole-pad"} & {w.removesuffix("@ray") for w in wanted}:
         raise SystemExit("bench_serve: the -pad servers need --pad-dimension")
     if unknown:
         raise SystemExit(f"bench_serve: unknown server {sorted(unknown)[0]!r}")
@@ -355,10 +358,11 @@ def main() -> int:
                     return lambda feeds: direct.run(None, feeds)
                 server, label = None, "ort default session"
             else:
-                folder, flags = folders[which]
-                label = f"{which.split('-')[0]}, " + {"": "batching", "nobatch": "no batching",
-                                                      "pad": "padded batches"}[which.partition("-")[2]]
-                server = Server(folder, flags, tmp)
+                kind, _, engine = which.partition("@")
+                folder, flags = folders[kind]
+                label = f"{kind.split('-')[0]}{' (ray)' if engine else ''}, " + {
+                    "": "batching", "nobatch": "no batching", "pad": "padded batches"}[kind.partition("-")[2]]
+                server = Server(folder, [*flags, "--engine", engine or "local"], tmp)
 
                 def make_call(server=server):
                     return Client(server.url, "m", session)
@@ -394,13 +398,13 @@ def main() -> int:
 
 
 def head() -> str:
-    return (f"{'server':<22} {'load':<14} {'done':>5} {'bad':>4} {'err':>4} {'req/s':>8} {'p50 ms':>8} "
+    return (f"{'server':<28} {'load':<14} {'done':>5} {'bad':>4} {'err':>4} {'req/s':>8} {'p50 ms':>8} "
             f"{'p99 ms':>8} {'req/exec':>8}")
 
 
 def line(r: dict) -> str:
     per = "-" if r["server"].startswith("ort") else f"{r['per_exec']:.2f}"
-    return (f"{r['server']:<22} {r['mode']:<14} {r['done']:>5} {r['bad']:>4} {r['errors']:>4} "
+    return (f"{r['server']:<28} {r['mode']:<14} {r['done']:>5} {r['bad']:>4} {r['errors']:>4} "
             f"{r['throughput']:>8.1f} {r['p50']:>8.2f} {r['p99']:>8.2f} {per:>8}")
 
 

@@ -268,7 +268,7 @@ class Parts:
     def stream(self, samples: Iterable[Mapping[str, Any]], depth: int | None = None,
                timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
         """Pipelined run: yields each sample's outputs, in order of the samples."""
-        yield from _Pipeline(self, depth or self.default_depth(), timeout_s).run(samples)
+        yield from Pipeline(self, depth or self.default_depth(), timeout_s).run(samples)
 
     def default_depth(self) -> int:
         """Samples in flight for throughput: two per worker; one where a single worker runs
@@ -321,7 +321,11 @@ def _check_assignment(sess, want: Mapping[str, str]) -> dict[str, Any]:
             "moved": {n: f"{want[n]} -> {got[n]}" for n in wrong[:10]}}
 
 
-class _Pipeline:
+class Pipeline:
+    """Samples through the parts, each device's parts run by its own worker threads; outputs
+    in the order of the samples (:meth:`Parts.stream`; `serve`'s local engine keeps one
+    running and watches :attr:`stop`)."""
+
     def __init__(self, parts: Parts, depth: int, timeout_s: float | None):
         self.p = parts
         self.depth = max(1, depth)

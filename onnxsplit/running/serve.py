@@ -1,6 +1,8 @@
-"""``onnxsplit serve PARTS``: the parts as a Ray Serve application behind an HTTP endpoint
-that speaks the Open Inference Protocol (:mod:`onnxsplit.running.kserve`), so standard clients
-such as ``tritonclient.http`` work unchanged.
+"""``onnxsplit serve PARTS --engine ray``: the parts as a Ray Serve application behind an HTTP
+endpoint that speaks the Open Inference Protocol (:mod:`onnxsplit.running.kserve`), so standard
+clients such as ``tritonclient.http`` work unchanged.  The gateway (the protocol, the batcher,
+the queue's limits) is the local engine's too (:mod:`onnxsplit.running.serve_local`: the parts
+in the server's process).
 
 One deployment per part (resources as :func:`onnxsplit.running.ray_engine.actor_plans` gives
 them) and a gateway that answers the protocol's routes and composes the parts through
@@ -216,12 +218,16 @@ class Gateway:
         except RunError as e:
             raise ProtocolError(str(e)) from None
         try:
-            made = await asyncio.wait_for(generate_async(self._infer, self.decoder, asked["prompt"],
-                                                         asked["max_tokens"], asked["eos"], chunk), left())
+            made = await asyncio.wait_for(self._generation(asked["prompt"], asked["max_tokens"], asked["eos"], chunk),
+                                          left())
         except asyncio.TimeoutError:
             raise self._late() from None
         self.stats.execution(1, 1, int(1e9 * (made.prefill_s + sum(made.step_s))))
         return Response(encode_generate(self.name, made, asked["id"]), headers={"Content-Type": "application/json"})
+
+    async def _generation(self, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
+        """The greedy loop, a forward pass of the parts a token (:meth:`_infer`)."""
+        return await generate_async(self._infer, self.decoder, prompt, max_tokens, eos, chunk)
 
     async def _infer(self, feeds: dict) -> dict:
         responses: list[Any] = []
@@ -242,7 +248,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu: bool = False,
-                max_ongoing: int = MAX_ONGOING, max_queued: int = MAX_QUEUED, ship: bool = False,
+                max_ongoing: int | None = None, max_queued: int = MAX_QUEUED, ship: bool = False,
                 batching: bool = True, max_batch_size: int | None = None,
                 max_queue_delay_microseconds: int | None = None, preferred_batch_size=(),
                 pad_dimension: str | None = None, request_timeout_ms: int | None = None):
@@ -268,6 +274,7 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
     final = sorted({producer[o["name"]] for o in manifest["model"]["outputs"] if o["name"] in producer})
     shipped = ship_parts(folder, specs) if ship else {}
     bound = []
+    in_flight, max_ongoing = gateway_limits(specs, batched, max_ongoing)
     for p, (providers, threads, opts, _, device_id) in zip(
             specs, actor_plans(specs, ray.cluster_resources(), 1, fallback_cpu)):
         level = p.get("optimization")
@@ -275,10 +282,6 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
                                 ray_actor_options=opts, max_ongoing_requests=2)
         bound.append(part.bind(p, str(folder), shipped.get(p["file"]), providers, threads, level == "all",
                                device_id))
-    # one batch per part copy keeps every part busy; one more hides the hand-over between them
-    in_flight = sum(max(1, int(p.get("replicas") or 1)) for p in specs) + 1
-    if batched is not None:
-        max_ongoing = max(max_ongoing, (in_flight + 1) * batched.max_batch_size)
     # the gateway itself holds what it takes and answers 503 beyond (Serve's own limits are
     # a backstop above its own: Serve's 503 is plain text)
     gateway = serve.deployment(Gateway, name="gateway", max_ongoing_requests=max_ongoing + max_queued + REFUSING,
@@ -286,6 +289,31 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
     timeout_s = request_timeout_ms / 1000 if request_timeout_ms else None
     return gateway.bind(name, manifest, deps, final, *bound, batching=batched, why=why, timeout_s=timeout_s,
                         in_flight=in_flight, max_ongoing=max_ongoing, max_queued=max_queued), name
+
+
+def gateway_limits(specs, batched: Options | None, max_ongoing: int | None) -> tuple[int, int]:
+    """(batches run at once, requests worked on at once): one batch per part copy keeps
+    every part busy and one more hides the hand-over between them; with batching the
+    gateway holds enough requests to fill them and the next one."""
+    in_flight = sum(max(1, int(p.get("replicas") or 1)) for p in specs) + 1
+    ongoing = MAX_ONGOING if max_ongoing is None else max_ongoing
+    if batched is not None:
+        ongoing = max(ongoing, (in_flight + 1) * batched.max_batch_size)
+    return in_flight, ongoing
+
+
+def prepared(parts_dir, *, batching: bool, max_batch_size: int | None, max_queue_delay_microseconds: int | None,
+             preferred_batch_size, pad_dimension: str | None, request_timeout_ms: int | None):
+    """What either engine checks before it starts anything: (the manifest, the batcher's
+    options or None, why not, a note on the model for the user or None); a bad folder, a
+    batching it cannot do or a bad timeout raise :class:`RunError`."""
+    manifest = read_manifest(parts_dir)
+    batched, why = batch_options(manifest["model"], enabled=batching, max_batch_size=max_batch_size,
+                                 max_queue_delay_microseconds=max_queue_delay_microseconds,
+                                 preferred_batch_size=tuple(preferred_batch_size or ()), pad_dimension=pad_dimension)
+    if request_timeout_ms is not None and request_timeout_ms <= 0:
+        raise RunError(f"--request-timeout-ms must be at least 1, got {request_timeout_ms}")
+    return manifest, batched, why, serve_note(manifest["model"])
 
 
 def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0.1", name: str | None = None,
@@ -305,16 +333,11 @@ def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0
 
     import logging
 
-    manifest = read_manifest(parts_dir)  # a bad folder, or batching it cannot do, is said before Ray starts
     batch = {"batching": batching, "max_batch_size": max_batch_size,
              "max_queue_delay_microseconds": max_queue_delay_microseconds,
              "preferred_batch_size": tuple(preferred_batch_size or ()), "pad_dimension": pad_dimension}
-    batched, why = batch_options(manifest["model"], enabled=batching, max_batch_size=max_batch_size,
-                                 max_queue_delay_microseconds=max_queue_delay_microseconds,
-                                 preferred_batch_size=preferred_batch_size or (), pad_dimension=pad_dimension)
-    if request_timeout_ms is not None and request_timeout_ms <= 0:
-        raise RunError(f"--request-timeout-ms must be at least 1, got {request_timeout_ms}")
-    note = serve_note(manifest["model"])
+    # a bad folder, or batching it cannot do, is said before Ray starts
+    _, batched, why, note = prepared(parts_dir, request_timeout_ms=request_timeout_ms, **batch)
     if note and not quiet:
         print(f"onnxsplit: note: {note}", file=sys.stderr, flush=True)
     proxy_env = {k: v for k, v in PROXY_ENV.items() if k not in os.environ} if address is None else {}
@@ -329,8 +352,7 @@ def serve_parts(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0
         serve.start(http_options={"host": host, "port": port}, logging_config={"log_level": "ERROR"},
                     controller_options={"runtime_env": {"env_vars": proxy_env}} if proxy_env else None)
         app, name = application(parts_dir, name, fallback_cpu=fallback_cpu, ship=address is not None,
-                                request_timeout_ms=request_timeout_ms,
-                                max_ongoing=MAX_ONGOING if max_ongoing is None else max_ongoing,
+                                request_timeout_ms=request_timeout_ms, max_ongoing=max_ongoing,
                                 max_queued=MAX_QUEUED if max_queued is None else max_queued, **batch)
         serve.run(app, name=name, route_prefix="/", blocking=False)
         url = f"http://{host}:{port}/v2/models/{name}"
