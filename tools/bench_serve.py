@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
 """``onnxsplit serve`` under load on localhost: throughput and latency of the server with
 dynamic batching, without it (``--no-batching``), of the whole model served the same way
-(a one-part folder), and of onnxruntime's default session called in this process, at
-each concurrency, on the same requests.
+(a one-part folder, and copies of it), of onnxsplit's own parts for the range where given
+(``--parts``), each on serve's local engine (the parts in the server's process) and, where
+asked, on Ray Serve, and of onnxruntime's default session called in this process, at each
+concurrency, on the same requests.
 
     python tools/bench_serve.py MODEL --input-shape x=1..8x64 --requests 400 --concurrency 1,4,16,32 \\
-        [--rates 50,100] [--request-batch 1] [--plot out.html]
+        [--parts FOLDER] [--rates 50,100] [--request-batch 1] [--plot out.html]
 
 ``--input-shape`` takes the main command's ranges (repeat it per input); dimension 0 is
 the batch.  The parts are exported here with :func:`onnxsplit.export.export` for that
-range (planned at its middle): the split puts the first half of the nodes (in the
-graph's order) on cpu0 and the rest on cpu1, one thread each; the whole model is one part
-on cpu0.  Each request has ``--request-batch`` rows (default the range's lower end) and
+range (planned at its middle): ``split`` puts the first half of the nodes (in the graph's
+order) on cpu0 and the rest on cpu1, one thread each; ``whole`` is the model as one part
+on onnxruntime's default threads; ``copies`` one copy a core, a thread each.  ``plan`` is
+the folder ``--parts`` names (``onnxsplit MODEL --input-shape RANGE --out FOLDER``).
+A server name with ``@ray`` after it runs on Ray Serve (``serve --engine ray``).  Each
+request has ``--request-batch`` rows (default the range's lower end) and
 the middle of the range elsewhere -- or, with ``--pad-dimension NAME`` (a dimension the
 model names, e.g. ``sequence``), lengths along it spread over its range, one per pooled
-request; the servers ``split-pad`` and ``whole-pad`` then batch them padded (``serve
---pad-dimension``), ``split`` and ``whole`` only those of equal length.
+request; the ``-pad`` servers then batch them padded (``serve --pad-dimension``), the
+others only those of equal length.
 
 Closed loop: N clients (tritonclient.http, one thread each) send their next request as
 soon as the last is answered.  Open loop (``--rates``): requests start at fixed times,
@@ -74,8 +79,10 @@ def parse_range(specs: list[str]) -> dict[str, list[tuple[int, int]]]:
     return out
 
 
-def build_parts(model: Path, r: dict, out: Path) -> tuple[Path, Path]:
-    """(the two-part folder, the one-part folder) for the range ``r``."""
+def build_parts(model: Path, r: dict, out: Path) -> dict[str, Path]:
+    """The folders for the range ``r``: ``split`` (two parts, a core and a thread each),
+    ``whole`` (one part on onnxruntime's default threads, all cores) and ``copies`` (one
+    part, a copy a core, a thread each)."""
     from onnxsplit.export import export
     from onnxsplit.graph import OpGraph
 
@@ -86,8 +93,10 @@ def build_parts(model: Path, r: dict, out: Path) -> tuple[Path, Path]:
     common = dict(providers={"cpu0": CPU, "cpu1": CPU}, threads={"cpu0": 1, "cpu1": 1},
                   plan={"objective": "throughput"}, shape_range={k: [list(d) for d in v] for k, v in r.items()})
     split = export(g, half, out / "split", **common).out
-    whole = export(g, {n: "cpu0" for n in names}, out / "whole", **common).out
-    return split, whole
+    alone = {n: "cpu0" for n in names}
+    whole = export(g, alone, out / "whole", **{**common, "threads": {"cpu0": 0}}).out
+    copies = export(g, alone, out / "copies", **common, replicas={"cpu0": os.cpu_count() or 1}).out
+    return {"split": split, "whole": whole, "copies": copies}
 
 
 def requests(model: Path, r: dict, rows: int, pad: str | None = None):
@@ -311,11 +320,13 @@ def main() -> int:
     ap.add_argument("--rates", default="", help="open-loop requests per second, comma-separated (default none)")
     ap.add_argument("--request-batch", type=int, help="rows per request (default the range's lower end)")
     ap.add_argument("--point-seconds", type=float, default=30.0, help="longest time per point (default 30)")
-    ap.add_argument("--servers", help="which to measure: split, split-nobatch, split-pad, whole, whole-nobatch, "
-                                      "whole-pad, each served in one process (serve's local engine) or, "
-                                      "with @ray after it, on Ray Serve; and ort (default "
-                                      "split,split-nobatch,whole,split@ray,ort; with --pad-dimension "
-                                      "split-pad,split,whole-pad,split-pad@ray,ort)")
+    ap.add_argument("--servers", help="which to measure: KIND, KIND-nobatch or KIND-pad for a KIND of split, "
+                                      "whole, copies or plan (--parts), each served in one process "
+                                      "(serve's local engine) or, with @ray after it, on Ray Serve; and "
+                                      "ort (default split,split-nobatch,whole,copies,split@ray,ort, plan "
+                                      "first with --parts; with --pad-dimension the -pad ones and split)")
+    ap.add_argument("--parts", type=Path, metavar="FOLDER",
+                    help="onnxsplit's own parts for the range (the main command's --out): the server 'plan'")
     ap.add_argument("--pad-dimension", metavar="NAME",
                     help="requests of lengths spread over this dimension's range, served padded by the "
                          "-pad servers (serve --pad-dimension)")
@@ -327,12 +338,16 @@ def main() -> int:
     if args.requests < 1 or not concurrency or min(concurrency) < 1 or any(x <= 0 for x in rates):
         raise SystemExit("bench_serve: --requests, --concurrency and --rates must be positive")
     rows_per_request = args.request_batch or max(1, next(iter(r.values()))[0][0])
-    servers = args.servers or ("split-pad,split,whole-pad,split-pad@ray,ort" if args.pad_dimension
-                               else "split,split-nobatch,whole,split@ray,ort")
+    servers = args.servers or ("split-pad,split,whole-pad,copies-pad,split-pad@ray,ort" if args.pad_dimension
+                               else "split,split-nobatch,whole,copies,split@ray,ort")
+    if args.parts and not args.servers:
+        servers = ("plan-pad," if args.pad_dimension else "plan,") + servers
     wanted = [s.strip() for s in servers.split(",") if s.strip()]
-    unknown = {w.removesuffix("@ray") for w in wanted} - {"split", "split-nobatch", "split-pad", "whole",
-                                                          "whole-nobatch", "whole-pad", "ort"} | ({"ort@ray"} & set(wanted))
-    if not args.pad_dimension and {"split-pad", "whole-pad"} & {w.removesuffix("@ray") for w in wanted}:
+    kinds = {f"{k}{v}" for k in ("split", "whole", "copies", "plan") for v in ("", "-nobatch", "-pad")}
+    unknown = {w.removesuffix("@ray") for w in wanted} - kinds - {"ort"} | ({"ort@ray"} & set(wanted))
+    if any(w.startswith("plan") for w in wanted) and not args.parts:
+        raise SystemExit("bench_serve: the server 'plan' serves --parts FOLDER")
+    if not args.pad_dimension and any(w.removesuffix("@ray").endswith("-pad") for w in wanted):
         raise SystemExit("bench_serve: the -pad servers need --pad-dimension")
     if unknown:
         raise SystemExit(f"bench_serve: unknown server {sorted(unknown)[0]!r}")
@@ -340,14 +355,16 @@ def main() -> int:
     table: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         tmp = Path(tmp)
-        split, whole = build_parts(args.model, r, tmp)
+        built = build_parts(args.model, r, tmp)
+        if args.parts:
+            built["plan"] = args.parts.resolve()
         session, pool, expected = requests(args.model, r, rows_per_request, args.pad_dimension)
         print(f"# {args.model.name}: range {', '.join(f'{k}={ranges.text(v)}' for k, v in r.items())}, "
               f"{rows_per_request} row(s) per request, {args.requests} requests per point, "
               f"{os.cpu_count()} CPUs", flush=True)
         pad = ["--pad-dimension", args.pad_dimension or ""]
-        folders = {"split": (split, []), "split-nobatch": (split, ["--no-batching"]), "split-pad": (split, pad),
-                   "whole": (whole, []), "whole-nobatch": (whole, ["--no-batching"]), "whole-pad": (whole, pad)}
+        folders = {f"{k}{v}": (folder, {"": [], "-nobatch": ["--no-batching"], "-pad": pad}[v])
+                   for k, folder in built.items() for v in ("", "-nobatch", "-pad")}
         for which in wanted:
             if which == "ort":  # onnxruntime's default session, called in this process
                 import onnxruntime as ort

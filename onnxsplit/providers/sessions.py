@@ -31,18 +31,20 @@ class SessionError(OnnxsplitError):
 def open_sessions(path: str | Path, eps: list[str], *, threads: int | None, optimize: bool,
                   config: Mapping[str, Any] | None = None, copies: int = 1,
                   device_id: int | None = None,
-                  shapes: Mapping[str, Iterable[int]] | None = None) -> list[Any]:
+                  shapes: Mapping[str, Iterable[int]] | None = None, served: bool = False) -> list[Any]:
     """``copies`` sessions of the model at ``path`` on ``eps`` (the first is the one it is
     meant for; onnxruntime puts what that one does not take on the next): ``threads``
     intra-op threads (0 or None: the provider's default), graph optimisations on where
     ``optimize``, ``config`` (session config entries; OpenVINO properties for its
     runtime).  ``shapes``: the input shapes the part was made for, where known (OpenVINO
-    compiles for them).  SessionError naming the provider where it refuses."""
+    compiles for them; ``served``: for a server, every other shape runs on the model compiled
+    once, at the start, with its dynamic dimensions).  SessionError naming the provider
+    where it refuses."""
     first = eps[0]
     if first == openvino.RUNTIME:
         try:
             return openvino.open_sessions(path, threads=threads, replicas=copies, config=config,
-                                          shapes=shapes)
+                                          shapes=shapes, served=served)
         except openvino.OpenVINOError as e:
             raise SessionError(f"OpenVINO refused it: {e}") from None
     import onnxruntime as ort

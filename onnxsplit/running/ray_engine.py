@@ -81,7 +81,7 @@ class PartActor:
     """One part's session on the node Ray placed it on."""
 
     def __init__(self, spec: Mapping[str, Any], folder: str, shipped, providers: list, threads: int | None,
-                 optimize: bool, device_id: int | None = None):
+                 optimize: bool, device_id: int | None = None, served: bool = False):
         from ..providers.sessions import SessionError, open_sessions
 
         self.spec = dict(spec)
@@ -102,7 +102,7 @@ class PartActor:
                   if isinstance(t.get("shape"), list)} or None
         try:
             self.session = open_sessions(path, providers, threads=threads, optimize=optimize,
-                                         config=config, device_id=device_id, shapes=shapes)[0]
+                                         config=config, device_id=device_id, shapes=shapes, served=served)[0]
         except SessionError as e:
             raise RunError(f"part {spec['name']} ({spec['file']}) cannot be loaded on {providers[0]}: "
                            f"{e}") from None

@@ -119,9 +119,10 @@ class Parts:
     its graph optimisation level (``all``, as users run onnxruntime, or ``disabled``)."""
 
     def __init__(self, parts_dir: str | Path, *, optimize: bool = False,
-                 cpu_threads: int | None = 1, fallback_cpu: bool = False):
+                 cpu_threads: int | None = 1, fallback_cpu: bool = False, served: bool = False):
         """``fallback_cpu``: run a part whose execution provider is absent on the CPU (to
-        check parts made for hardware elsewhere).  ``optimize`` and ``cpu_threads`` apply
+        check parts made for hardware elsewhere); ``served``: sessions for a server (see
+        :func:`onnxsplit.providers.sessions.open_sessions`).  ``optimize`` and ``cpu_threads`` apply
         to parts whose manifest entry does not say (folders from before they were
         recorded)."""
         self.dir = Path(parts_dir)
@@ -131,7 +132,7 @@ class Parts:
             specs = [session_spec(self.dir, self.manifest)]
         else:
             specs = self.manifest["parts"]
-        self._load(specs, optimize, cpu_threads, fallback_cpu)
+        self._load(specs, optimize, cpu_threads, fallback_cpu, served)
         if self.manifest.get("run_as") == "session" \
                 and self.execution_providers[0] == specs[0]["execution_provider"]:
             # (a plan for hardware elsewhere, run on the CPU here, has nothing to check)
@@ -163,7 +164,8 @@ class Parts:
         self._load(self.manifest["parts"], True, specs[0].get("threads"), False)
         return self
 
-    def _load(self, specs, optimize: bool, cpu_threads: int | None, fallback_cpu: bool) -> None:
+    def _load(self, specs, optimize: bool, cpu_threads: int | None, fallback_cpu: bool,
+              served: bool = False) -> None:
         from ..providers.sessions import SessionError, open_sessions
 
         self.parts = list(specs)
@@ -197,7 +199,7 @@ class Parts:
                 copies = open_sessions(self.dir / p["file"], providers, threads=threads,
                                        optimize=opt, config=config,
                                        copies=int(p.get("replicas") or 1), device_id=addressed,
-                                       shapes=shapes)
+                                       shapes=shapes, served=served)
             except SessionError as e:
                 raise RunError(f"part {p['name']} ({p['file']}) cannot be loaded on "
                                f"{providers[0]}: {e}") from None

@@ -171,7 +171,7 @@ def serve_here(parts_dir: str | Path, *, port: int = 8000, host: str = "127.0.0.
     _check_address(host, port)  # (before the parts load: a large model takes a while)
     if note and not quiet:
         print(f"onnxsplit: note: {note}", file=sys.stderr, flush=True)
-    parts = Parts(parts_dir, fallback_cpu=fallback_cpu)
+    parts = Parts(parts_dir, fallback_cpu=fallback_cpu, served=True)
     name = name or Path(manifest["model"]["path"]).stem
     in_flight, ongoing = gateway_limits(parts.parts, batched, max_ongoing)
     gateway = LocalGateway(name, manifest, service := PartsService(parts), batching=batched, why=why,
