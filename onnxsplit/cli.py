@@ -344,7 +344,8 @@ def _parser() -> argparse.ArgumentParser:
     bt.add_argument("--max-batch-size", type=_at_least(1), metavar="N",
                     help="rows in one batch (default: the upper end of the batch dimension's range)")
     bt.add_argument("--max-queue-delay-microseconds", type=_at_least(0), metavar="N",
-                    help="how long the oldest request may wait for others to join its batch (default 1000)")
+                    help="how long the oldest request may wait for others to join its batch once a batch "
+                         "could go (default 0, as Triton's: batches grow while the parts are busy)")
     bt.add_argument("--preferred-batch-size", type=_at_least(1), action="append", default=[], metavar="N",
                     help="a batch size sent as soon as it is reached; repeatable")
     bt.add_argument("--pad-dimension", metavar="NAME",

@@ -90,7 +90,7 @@ def manifest_model(range_=((1, 8), (16, 16)), in_dims=("batch", None), out_dims=
 
 def test_options_follow_the_range_of_the_batch_dimension():
     got, why = options(manifest_model())
-    assert got == Options(8, 1000, ()) and why == ""
+    assert got == Options(8, 0, ()) and why == ""
     got, _ = options(manifest_model(), max_batch_size=4, max_queue_delay_microseconds=0, preferred_batch_size=[4, 2, 2])
     assert got == Options(4, 0, (2, 4))
     assert options(manifest_model(), enabled=False) == (None, "--no-batching")

@@ -242,9 +242,9 @@ class Server:
         while not ready.exists() and self.proc.poll() is None and time.time() < deadline:
             time.sleep(0.2)
         if not ready.exists():
+            log = self.log.name
             self.stop()
-            self.log.seek(0)
-            raise SystemExit(f"bench_serve: the server did not start: {self.log.read()[-500:]}")
+            raise SystemExit(f"bench_serve: the server did not start: {Path(log).read_text()[-500:]}")
         self.url = f"127.0.0.1:{self.port}"
 
     def per_execution(self) -> tuple[int, int]:
@@ -330,6 +330,8 @@ def main() -> int:
     ap.add_argument("--pad-dimension", metavar="NAME",
                     help="requests of lengths spread over this dimension's range, served padded by the "
                          "-pad servers (serve --pad-dimension)")
+    ap.add_argument("--max-queue-delay-microseconds", type=int, metavar="N",
+                    help="the batcher's delay, given to every server (default: serve's)")
     ap.add_argument("--plot", type=Path, metavar="OUT.html", help="write latency against throughput here")
     args = ap.parse_args()
     r = parse_range(args.input_shape)
@@ -379,7 +381,9 @@ def main() -> int:
                 folder, flags = folders[kind]
                 label = f"{kind.split('-')[0]}{' (ray)' if engine else ''}, " + {
                     "": "batching", "nobatch": "no batching", "pad": "padded batches"}[kind.partition("-")[2]]
-                server = Server(folder, [*flags, "--engine", engine or "local"], tmp)
+                delay = [] if args.max_queue_delay_microseconds is None or "--no-batching" in flags else [
+                    "--max-queue-delay-microseconds", str(args.max_queue_delay_microseconds)]
+                server = Server(folder, [*flags, *delay, "--engine", engine or "local"], tmp)
 
                 def make_call(server=server):
                     return Client(server.url, "m", session)
