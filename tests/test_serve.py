@@ -87,3 +87,60 @@ def test_metadata_names_the_tensors():
     assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [2, 3]},
                               {"name": "ids", "datatype": "INT64", "shape": [2]}]
     assert meta["outputs"][0]["datatype"] == "FP16"
+
+
+def test_the_local_engine_fails_only_what_a_failing_part_held(tmp_path, monkeypatch):
+    """serve's local engine (serve_local.PartsService): requests from several threads each
+    get their own outputs; a part that fails fails the request it ran with the part's
+    error, and the next requests are answered by a new pipeline."""
+    import threading
+
+    import onnxruntime as ort
+
+    from onnx_models import mlp
+    from onnxsplit.errors import RunError
+    from onnxsplit.export import export
+    from onnxsplit.graph import OpGraph
+    from onnxsplit.running.runner import Parts
+    from onnxsplit.running.serve_local import PartsService
+
+    model = mlp(tmp_path / "m.onnx", layers=4, width=32, dynamic_batch=True)
+    g = OpGraph.from_onnx(str(model), {"x": [2, 32]})
+    names = [n.name for n in g.nodes]
+    out = export(g, {n: "cpu0" if i < len(names) // 2 else "cpu1" for i, n in enumerate(names)}, tmp_path / "p",
+                 providers={"cpu0": "CPUExecutionProvider", "cpu1": "CPUExecutionProvider"},
+                 threads={"cpu0": 1, "cpu1": 1}, shape_range={"x": [[1, 8], [32, 32]]}).out
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    parts = Parts(out, served=True)
+    service = PartsService(parts)
+    try:
+        xs = [np.random.default_rng(k).standard_normal((1 + k % 8, 32)).astype(np.float32) for k in range(40)]
+        got = [None] * 40
+
+        def ask(k):
+            got[k] = service.submit({"x": xs[k]}).result(timeout=60)
+
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(40)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        for k in range(40):
+            np.testing.assert_allclose(got[k][session.get_outputs()[0].name], session.run(None, {"x": xs[k]})[0],
+                                       rtol=1e-5, atol=1e-6)
+        real = parts._call
+
+        def failing(i, values, copy=0):
+            if i == 1 and float(values["x"][0, 0]) == 999.0:
+                raise RunError("part part1_cpu1 on cpu1 failed: out of luck")
+            return real(i, values, copy)
+
+        monkeypatch.setattr(parts, "_call", failing)
+        bad = np.full((2, 32), 999.0, np.float32)
+        with pytest.raises(RunError, match="out of luck"):
+            service.submit({"x": bad}).result(timeout=60)
+        after = service.submit({"x": xs[3]}).result(timeout=60)
+        np.testing.assert_allclose(after[session.get_outputs()[0].name], session.run(None, {"x": xs[3]})[0],
+                                   rtol=1e-5, atol=1e-6)
+    finally:
+        service.close()
+    with pytest.raises(RunError, match="stopping"):
+        service.submit({"x": xs[0]})
