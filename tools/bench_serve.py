@@ -330,6 +330,8 @@ def main() -> int:
     ap.add_argument("--pad-dimension", metavar="NAME",
                     help="requests of lengths spread over this dimension's range, served padded by the "
                          "-pad servers (serve --pad-dimension)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure every server this many times, in turn, and print the medians (default 1)")
     ap.add_argument("--max-queue-delay-microseconds", type=int, metavar="N",
                     help="the batcher's delay, given to every server (default: serve's)")
     ap.add_argument("--plot", type=Path, metavar="OUT.html", help="write latency against throughput here")
@@ -367,7 +369,7 @@ def main() -> int:
         pad = ["--pad-dimension", args.pad_dimension or ""]
         folders = {f"{k}{v}": (folder, {"": [], "-nobatch": ["--no-batching"], "-pad": pad}[v])
                    for k, folder in built.items() for v in ("", "-nobatch", "-pad")}
-        for which in wanted:
+        for which in [w for _ in range(max(1, args.rounds)) for w in wanted]:  # (the list, round after round)
             if which == "ort":  # onnxruntime's default session, called in this process
                 import onnxruntime as ort
 
@@ -405,6 +407,9 @@ def main() -> int:
             finally:
                 if server is not None:
                     server.stop()
+    if args.rounds > 1:
+        table = medians(table)
+        print(f"\n# medians of {args.rounds} rounds (the servers in turn, round after round); done, bad, err summed")
     print()
     print(head())
     for row in table:
@@ -416,6 +421,24 @@ def main() -> int:
         plot(table, args.plot)
         print(f"# plot: {args.plot}")
     return 1 if any(row["bad"] or row["errors"] for row in table) else 0
+
+
+def medians(table: list[dict]) -> list[dict]:
+    """One row per server and load: the median of each rate and latency over its rounds
+    (a slow stretch of a shared machine then hits one round, not one server)."""
+    keyed: dict[tuple, list[dict]] = {}
+    for row in table:
+        keyed.setdefault((row["server"], row["mode"]), []).append(row)
+    out = []
+    for rows in keyed.values():
+        m = dict(rows[0])
+        for k in ("throughput", "p50", "p99", "per_exec"):
+            m[k] = float(np.median([r[k] for r in rows]))
+        for k in ("done", "bad", "errors"):
+            m[k] = sum(r[k] for r in rows)
+        m["first_error"] = next((r["first_error"] for r in rows if r["first_error"]), "")
+        out.append(m)
+    return out
 
 
 def head() -> str:
