@@ -363,7 +363,18 @@ def test_the_gateway_generates_what_the_model_does_and_refuses_in_one_line(split
         return answers, meta, other
 
     answers, meta, other = within(go())
-    if engine == "local":
+    if engine == "local":  # a generation past its request's timeout: a 504, and its loop ends then,
+        import time       # not 60 steps of 50 ms later
+
+        assert g.shared_why is not None  # (this decoder's caches are handed on: each step is parts.run)
+        real = service.parts.run
+        service.parts.run = lambda feeds: (time.sleep(0.05), real(feeds))[1]
+        g.timeout_s = 0.2
+        began = time.monotonic()  # (asyncio.run waits for the loop's thread before it returns)
+        late = within(g(http("POST", "/v2/models/decoder/generate",
+                             json.dumps({"input_ids": PROMPT, "max_tokens": 60}).encode())))
+        assert late.status_code == 504, late.body
+        assert time.monotonic() - began < 1.5 and g.generating == 0
         service.close()
     for a, ask in zip(answers[:3], asks):
         assert a.status_code == 200, a.body

@@ -106,6 +106,8 @@ class LocalGateway(Gateway):
     def __init__(self, name: str, manifest: dict, service: PartsService, **kwargs):
         super().__init__(name, manifest, [], [], **kwargs)
         self.service = service
+        self.generating = 0  # generation loops running (each on a thread of its own)
+        self._counting = threading.Lock()
         self.shared_why = None if self.decoder is None else kv_cache.shared_caches(service.parts, self.decoder.caches)
 
     async def _infer(self, feeds: dict) -> dict:
@@ -117,6 +119,7 @@ class LocalGateway(Gateway):
         (:mod:`.kv_cache`, buffers of this generation's length: as ``onnxsplit generate``
         runs), else handed from step to step in this process; generations run side by side."""
         parts, decoder = self.service.parts, self.decoder
+        given_up = threading.Event()  # the request timed out (or its client left): the loop ends at its next step
 
         def loop():
             run = parts.run
@@ -124,9 +127,25 @@ class LocalGateway(Gateway):
                 run = kv_cache.SharedCaches(parts, decoder.caches, decoder.specs,
                                             {c: decoder.seq_axis(c) for c in decoder.caches},
                                             len(prompt) + max_tokens).run
-            return generate(run, decoder, prompt, max_tokens, eos, chunk=chunk)
 
-        return await asyncio.to_thread(loop)
+            def step(feeds):
+                if given_up.is_set():
+                    raise RunError("the generation's request was given up")
+                return run(feeds)
+
+            with self._counting:
+                self.generating += 1
+            try:
+                return generate(step, decoder, prompt, max_tokens, eos, chunk=chunk)
+            finally:
+                with self._counting:
+                    self.generating -= 1
+
+        try:
+            return await asyncio.to_thread(loop)
+        except asyncio.CancelledError:
+            given_up.set()
+            raise
 
 
 def app_of(gateway: Gateway):
