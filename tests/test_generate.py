@@ -393,3 +393,22 @@ def test_the_gateway_generates_what_the_model_does_and_refuses_in_one_line(split
     note = gen.serve_note(manifest["model"])
     assert note is not None and "POST .../generate" in note
     assert gen.serve_note({"inputs": [{"name": "x"}], "outputs": [{"name": "y"}]}) is None
+
+
+def test_a_ray_part_holding_the_whole_decoder_generates_in_its_replica(split, tmp_path):
+    """serve --engine ray, a decoder in one part: the gateway hands the whole generation to
+    the part's replica (ray_engine.PartActor.generate, here called as the replica would
+    run it), whose caches stay there between steps: the reference's tokens."""
+    from onnxsplit.running.ray_engine import PartActor
+
+    model, _ = split
+    g = OpGraph.from_onnx(model, PLANNED)
+    cpu = "CPUExecutionProvider"
+    out = export(g, {n.name: "cpu0" for n in g.nodes}, tmp_path / "one", providers={"cpu0": cpu},
+                 threads={"cpu0": 1}, plan={"objective": "latency"}, shape_range=RANGE).out
+    manifest = json.loads((out / "manifest.json").read_text())
+    (spec,) = manifest["parts"]
+    actor = PartActor(spec, str(out), None, [cpu], 1, True)
+    decoder = gen.decoder_of(manifest["model"])
+    made = actor.generate(decoder, PROMPT, 12, None, None)
+    assert made.tokens == reference(model, PROMPT, 12)

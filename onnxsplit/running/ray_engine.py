@@ -139,6 +139,17 @@ class PartActor:
         return dict(zip(self.outputs, got))
 
 
+    def generate(self, decoder, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
+        """A whole greedy generation on this part alone (a decoder kept in one part): each
+        step's caches stay in this actor, not one round trip through Ray a token."""
+        from .generate import generate
+
+        def step(feeds):
+            return self.run(0, feeds)
+
+        return generate(step, decoder, prompt, max_tokens, eos, chunk=chunk)
+
+
 class RayParts:
     """A parts folder loaded as Ray actors; see the module docstring."""
 

@@ -21,10 +21,10 @@ with the requests each execution carried.
 
 Parts that make a decoder with past also answer generation requests, as Triton's generate
 extension has them (``POST /v2/models/NAME/generate``: token ids in, the greedy
-continuation's token ids out): the gateway runs :mod:`onnxsplit.running.generate`'s loop,
+continuation's token ids out): a decoder in one part generates in its replica, whose
+caches stay there; across parts the gateway runs :mod:`onnxsplit.running.generate`'s loop,
 a forward pass of the parts a token, each step's caches handed back to the parts (through
-Ray's object store: a served generation's caches do not stay on their part's device, as
-``onnxsplit generate``'s do).
+Ray's object store: they do not stay on their part's device, as ``onnxsplit generate``'s do).
 
 Write-up: docs/machine.md (Running on Ray and serving).
 """
@@ -226,7 +226,10 @@ class Gateway:
         return Response(encode_generate(self.name, made, asked["id"]), headers={"Content-Type": "application/json"})
 
     async def _generation(self, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
-        """The greedy loop, a forward pass of the parts a token (:meth:`_infer`)."""
+        """The greedy loop: in the part's own replica where the decoder is one part (its
+        caches stay there), else here, a forward pass of the parts a token (:meth:`_infer`)."""
+        if len(self.parts) == 1 and hasattr(self.parts[0], "generate"):
+            return await self.parts[0].generate.remote(self.decoder, prompt, max_tokens, eos, chunk)
         return await generate_async(self._infer, self.decoder, prompt, max_tokens, eos, chunk)
 
     async def _infer(self, feeds: dict) -> dict:
