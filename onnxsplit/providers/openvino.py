@@ -48,7 +48,6 @@ _TYPES = {"f32": "tensor(float)", "f64": "tensor(double)", "f16": "tensor(float1
           "u16": "tensor(uint16)", "u32": "tensor(uint32)", "u64": "tensor(uint64)",
           "boolean": "tensor(bool)", "string": "tensor(string)"}
 COMPILED_SHAPES = 4  # shapes a session compiles for (the first seen); others run on the dynamic model
-HOT_CALLS = 3  # a server's session compiles a shape (in the background) once it has come this often
 PRECISIONS = ("f32", "bf16")  # what onnxsplit lets OpenVINO compute in (--precision)
 PRECISION_ENV = "ONNXSPLIT_OPENVINO_PRECISION"
 
@@ -208,10 +207,7 @@ class _Compiled:
             self._compile(None, None)
         elif shapes and all(i.name in shapes for i in self.inputs):
             self._compile(self._signature(shapes), shapes)
-        # a server compiles nothing while it answers (a shape's compile is a request's
-        # tail): the dynamic model at the start, and a shape that keeps coming on a thread
-        # of its own, its calls on the dynamic model until that is ready
-        self.served, self.seen, self.compiling = served, {}, False
+        # a server compiles nothing while it answers (a shape's compile is a request's tail)
         self.compiles = 0 if served else COMPILED_SHAPES
         if served and not self.static:
             self._dynamic()
@@ -253,33 +249,11 @@ class _Compiled:
                 got = self._compile(key, {k: np.shape(v) for k, v in feeds.items()})
             elif got is None:
                 got = self._dynamic()
-                if got and self.served:
-                    self._maybe_compile_later(key, {k: np.shape(v) for k, v in feeds.items()})
                 if not got:  # the oldest compiled shape makes room
                     if self.by_shape:
                         self.by_shape.pop(next(iter(self.by_shape)))
                     got = self._compile(key, {k: np.shape(v) for k, v in feeds.items()})
         return got[1][copy]
-
-    def _maybe_compile_later(self, key, shapes) -> None:
-        """(under the lock) a shape seen HOT_CALLS times compiled on a thread of its own,
-        one at a time, while fewer than COMPILED_SHAPES are."""
-        self.seen[key] = self.seen.get(key, 0) + 1
-        if self.compiling or self.seen[key] < HOT_CALLS or len(self.by_shape) >= COMPILED_SHAPES:
-            return
-        self.compiling = True
-
-        def compile_it():
-            try:
-                got = self._compile(key, shapes, keep=False)
-            except OpenVINOError:
-                got = None
-            with self.lock:
-                if got is not None:
-                    self.by_shape[key] = got
-                self.compiling = False
-
-        threading.Thread(target=compile_it, daemon=True, name="onnxsplit-openvino-compile").start()
 
     def _dynamic(self):
         """The model compiled with its dynamic dimensions (once), or False where OpenVINO
