@@ -19,11 +19,14 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .export import UNFUSED
 from .profile.devices import CPU_EP, shares_cpu
 from .running.timing import scale
+
+if TYPE_CHECKING:  # (the runner is imported where a model is loaded: it brings onnxruntime)
+    from .running.runner import Parts
 
 TARGET_S = 3.0  # seconds each configuration is timed for, over ROUNDS rounds
 ROUNDS = 5  # a shared machine's noise comes in slow minutes: alternate, keep medians

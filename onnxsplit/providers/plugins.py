@@ -50,7 +50,7 @@ class Plugin:
         if self.error:
             return f"its library did not load: {self.error}"
         vendor = NO_DEVICE_WHY.get(self.name)
-        return f"installed, but it offers no device on this machine" + (f" ({vendor})" if vendor else "")
+        return "installed, but it offers no device on this machine" + (f" ({vendor})" if vendor else "")
 
 
 def parse_spec(text: str) -> dict[str, str]:
