@@ -242,17 +242,18 @@ class _Compiled:
         dynamic model runs 5-25% slower than a compiled shape."""
         if self.static:
             return self.by_shape[None][1][copy]
-        key = self._signature({k: np.shape(v) for k, v in feeds.items()})
+        shapes = {k: np.shape(v) for k, v in feeds.items()}
+        key = self._signature(shapes)
         with self.lock:
             got = self.by_shape.get(key)
             if got is None and len(self.by_shape) < self.compiles:
-                got = self._compile(key, {k: np.shape(v) for k, v in feeds.items()})
+                got = self._compile(key, shapes)
             elif got is None:
                 got = self._dynamic()
                 if not got:  # the oldest compiled shape makes room
                     if self.by_shape:
                         self.by_shape.pop(next(iter(self.by_shape)))
-                    got = self._compile(key, {k: np.shape(v) for k, v in feeds.items()})
+                    got = self._compile(key, shapes)
         return got[1][copy]
 
     def _dynamic(self):

@@ -138,7 +138,6 @@ class PartActor:
                            f"{' '.join(str(e).split())[:300]}") from None
         return dict(zip(self.outputs, got))
 
-
     def generate(self, decoder, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
         """A whole greedy generation on this part alone (a decoder kept in one part): each
         step's caches stay in this actor, not one round trip through Ray a token."""

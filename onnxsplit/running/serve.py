@@ -265,10 +265,10 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
 
     ray = ray_module()
     folder = Path(parts_dir).resolve()
-    manifest = read_manifest(folder)
-    batched, why = batch_options(manifest["model"], enabled=batching, max_batch_size=max_batch_size,
-                                 max_queue_delay_microseconds=max_queue_delay_microseconds,
-                                 preferred_batch_size=preferred_batch_size, pad_dimension=pad_dimension)
+    manifest, batched, why, _ = prepared(folder, batching=batching, max_batch_size=max_batch_size,
+                                         max_queue_delay_microseconds=max_queue_delay_microseconds,
+                                         preferred_batch_size=preferred_batch_size, pad_dimension=pad_dimension,
+                                         request_timeout_ms=request_timeout_ms)
     specs = [session_spec(folder, manifest)] if manifest.get("run_as") == "session" else list(manifest["parts"])
     name = name or Path(manifest["model"]["path"]).stem
     outs = [[o["name"] for o in p["outputs"]] for p in specs]
