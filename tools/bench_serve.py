@@ -4,7 +4,8 @@ dynamic batching, without it (``--no-batching``), of the whole model served the 
 (a one-part folder, and copies of it), of onnxsplit's own parts for the range where given
 (``--parts``), each on serve's local engine (the parts in the server's process) and, where
 asked, on Ray Serve, and of onnxruntime's default session called in this process, at each
-concurrency, on the same requests.
+concurrency, on the same requests -- and, where installed, OpenVINO's THROUGHPUT hint called
+in this process (``ov``, computing in float32 as the parts do).
 
     python tools/bench_serve.py MODEL --input-shape x=1..8x64 --requests 400 --concurrency 1,4,16,32 \\
         [--parts FOLDER] [--rates 50,100] [--request-batch 1] [--plot out.html]
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import html
+import importlib.util
 import json
 import os
 import signal
@@ -323,7 +325,9 @@ def main() -> int:
     ap.add_argument("--servers", help="which to measure: KIND, KIND-nobatch or KIND-pad for a KIND of split, "
                                       "whole, copies or plan (--parts), each served in one process "
                                       "(serve's local engine) or, with @ray after it, on Ray Serve; and "
-                                      "ort (default split,split-nobatch,whole,copies,split@ray,ort, plan "
+                                      "ort and ov, onnxruntime's default session and OpenVINO's THROUGHPUT "
+                                      "hint called in this process (default "
+                                      "split,split-nobatch,whole,copies,split@ray,ort,ov, plan "
                                       "first with --parts; with --pad-dimension the -pad ones and split)")
     ap.add_argument("--parts", type=Path, metavar="FOLDER",
                     help="onnxsplit's own parts for the range (the main command's --out): the server 'plan'")
@@ -346,9 +350,11 @@ def main() -> int:
                                else "split,split-nobatch,whole,copies,split@ray,ort")
     if args.parts and not args.servers:
         servers = ("plan-pad," if args.pad_dimension else "plan,") + servers
+    if not args.servers and importlib.util.find_spec("openvino") is not None:
+        servers += ",ov"  # (the peer a CPU user would pick, where installed)
     wanted = [s.strip() for s in servers.split(",") if s.strip()]
     kinds = {f"{k}{v}" for k in ("split", "whole", "copies", "plan") for v in ("", "-nobatch", "-pad")}
-    unknown = {w.removesuffix("@ray") for w in wanted} - kinds - {"ort"} | ({"ort@ray"} & set(wanted))
+    unknown = {w.removesuffix("@ray") for w in wanted} - kinds - {"ort", "ov"} | ({"ort@ray", "ov@ray"} & set(wanted))
     if any(w.startswith("plan") for w in wanted) and not args.parts:
         raise SystemExit("bench_serve: the server 'plan' serves --parts FOLDER")
     if not args.pad_dimension and any(w.removesuffix("@ray").endswith("-pad") for w in wanted):
@@ -370,7 +376,17 @@ def main() -> int:
         folders = {f"{k}{v}": (folder, {"": [], "-nobatch": ["--no-batching"], "-pad": pad}[v])
                    for k, folder in built.items() for v in ("", "-nobatch", "-pad")}
         for which in [w for _ in range(max(1, args.rounds)) for w in wanted]:  # (the list, round after round)
-            if which == "ort":  # onnxruntime's default session, called in this process
+            if which == "ov":  # OpenVINO's own runtime as its users run it for throughput, in this process
+                import openvino as ov
+
+                compiled = ov.Core().compile_model(str(args.model), "CPU", {
+                    "PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"})  # (f32: checked as the rest)
+
+                def make_call(compiled=compiled):  # an infer request a client: the streams run them side by side
+                    request = compiled.create_infer_request()
+                    return lambda feeds: [np.array(v) for v in request.infer(feeds).values()]
+                server, label = None, "ov THROUGHPUT hint (f32)"
+            elif which == "ort":  # onnxruntime's default session, called in this process
                 import onnxruntime as ort
 
                 direct = ort.InferenceSession(str(args.model), providers=[CPU])
@@ -447,7 +463,7 @@ def head() -> str:
 
 
 def line(r: dict) -> str:
-    per = "-" if r["server"].startswith("ort") else f"{r['per_exec']:.2f}"
+    per = "-" if r["server"].startswith(("ort", "ov ")) else f"{r['per_exec']:.2f}"
     return (f"{r['server']:<28} {r['mode']:<14} {r['done']:>5} {r['bad']:>4} {r['errors']:>4} "
             f"{r['throughput']:>8.1f} {r['p50']:>8.2f} {r['p99']:>8.2f} {per:>8}")
 

@@ -6,8 +6,7 @@
 
 First ``onnxsplit generate PARTS`` (the parts, onnxruntime's default session and
 onnxruntime-genai on the original model, medians of 3: its own table, printed as it is);
-then, per engine, ``onnxsplit serve PARTS --engine E`` started as a terminal would (Ctrl-C
-stops it) and sent ``--requests`` generation requests one after another
+then, per engine, ``onnxsplit serve PARTS --engine E`` (bench_serve.py's ``Server``) sent ``--requests`` generation requests one after another
 (``POST /v2/models/m/generate``): the median of the decode tokens/s and first-token
 milliseconds the server reports, and whether every request's tokens equal generate's.
 The prompt is ``--prompt-tokens`` ids drawn with a fixed seed.  Localhost only.
@@ -19,16 +18,17 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_serve import Server  # noqa: E402  (the server in a child process, as bench_serve starts it)
 
 
 def main() -> int:
@@ -38,7 +38,6 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--requests", type=int, default=6)
     ap.add_argument("--engines", default="local,ray")
-    ap.add_argument("--port", type=int, default=8461)
     args = ap.parse_args()
     import numpy as np
 
@@ -57,20 +56,11 @@ def main() -> int:
     rows, bad = [], 0
     with tempfile.TemporaryDirectory(prefix="bench-serve-gen-") as tmp:
         for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:
-            ready = Path(tmp) / f"ready-{engine}.json"
-            proc = subprocess.Popen([*cmd, "serve", str(args.parts), "--port", str(args.port), "--name", "m",
-                                     "--engine", engine, "--ready-file", str(ready)], env=env,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            server = Server(args.parts, ["--engine", engine], Path(tmp))
             try:
-                deadline = time.time() + 300
-                while not ready.exists() and proc.poll() is None and time.time() < deadline:
-                    time.sleep(0.3)
-                if not ready.exists():
-                    raise SystemExit(f"bench_serve_generate: serve --engine {engine} did not start")
                 rates, first, same = [], [], 0
                 for _ in range(args.requests):
-                    req = urllib.request.Request(f"http://127.0.0.1:{args.port}/v2/models/m/generate", data=body,
+                    req = urllib.request.Request(f"http://{server.url}/v2/models/m/generate", data=body,
                                                  method="POST")
                     with urllib.request.urlopen(req, timeout=600) as r:
                         answer = json.loads(r.read())
@@ -80,12 +70,7 @@ def main() -> int:
                 bad += args.requests - same
                 rows.append((engine, statistics.median(rates), statistics.median(first), same))
             finally:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                server.stop()
     print()
     print(f"  served, {args.requests} requests one after another, medians   decode tok/s  first token ms  "
           "tokens as generate's")
