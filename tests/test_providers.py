@@ -101,6 +101,33 @@ def test_devices_says_in_one_line_what_each_provider_offers(capsys):
         assert ("computes in bf16 by default on this CPU" in line) == openvino.bf16_units()
 
 
+def test_names_a_plugin_library_adds_beside_its_own_are_not_devices(monkeypatch):
+    """OpenVINO's library also registers 'OpenVINOExecutionProvider.AUTO' (its AUTO device
+    over the same hardware): not a device class of its own, so not profiled or planned."""
+    monkeypatch.setattr(plugins, "register", lambda: {"P": "/lib.so"})
+    monkeypatch.setattr(plugins, "providers", lambda: ["P"])
+    monkeypatch.setattr(openvino, "available", lambda: False)
+    monkeypatch.setattr(ort, "get_available_providers",
+                        lambda: ["AzureExecutionProvider", "CPUExecutionProvider", "P", "P.AUTO", "Q"])
+    monkeypatch.delenv("ONNXSPLIT_PROVIDERS", raising=False)
+    assert available_providers() == ["Q", "P", CPU_EP]
+
+
+def test_openvinos_ep_is_held_to_the_precision_of_onnxsplits_openvino_parts(monkeypatch):
+    """On a CPU with bf16 units OpenVINO's EP computes in bf16 unless its load_config says
+    otherwise (its 'precision' option is ignored there): the config onnxsplit gives it
+    follows --precision, and keeps what the caller's own load_config says."""
+    monkeypatch.delenv(openvino.PRECISION_ENV, raising=False)
+    got = json.loads(plugins.precision_config(OV_EP)["load_config"])
+    assert got == {"CPU": {"INFERENCE_PRECISION_HINT": "f32"}}
+    monkeypatch.setenv(openvino.PRECISION_ENV, "bf16")
+    mine = json.dumps({"CPU": {"NUM_STREAMS": "2"}, "GPU": {"X": "1"}})
+    got = json.loads(plugins.precision_config(OV_EP, "cpu", mine)["load_config"])
+    assert got == {"CPU": {"NUM_STREAMS": "2", "INFERENCE_PRECISION_HINT": "bf16"}, "GPU": {"X": "1"}}
+    assert plugins.precision_config("OtherEP") == {}
+    assert plugins.precision_config("OtherEP", "cpu", mine) == {"load_config": mine}
+
+
 @pytest.mark.skipif(not plugins.ep_devices(OV_EP), reason="the OpenVINO plugin EP offers no device here")
 def test_a_model_runs_on_the_openvino_plugin_ep_as_on_the_cpu(tmp_path):
     model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32)

@@ -78,8 +78,13 @@ def available_providers() -> list[str]:
 
     from ..providers import openvino, plugins
 
-    eps = [ep for ep in ort.get_available_providers() if ep not in NOT_DEVICES]
-    eps += [ep for ep in plugins.providers() if ep not in eps]
+    loaded = plugins.register()
+    # a plugin's library may register more names than its own: OpenVINO's also adds
+    # 'OpenVINOExecutionProvider.AUTO' (its AUTO device over the same hardware), which
+    # would otherwise pass for a device class of its own
+    eps = [ep for ep in ort.get_available_providers()
+           if ep not in NOT_DEVICES and ep.split(".")[0] not in loaded]
+    eps += plugins.providers()  # (those that offer a device here)
     if openvino.available():
         eps.append(openvino.RUNTIME)
     allowed = allowed_providers()

@@ -182,5 +182,24 @@ def pick_device(ep: str, kind: str = "cpu", index: int = 0):
 def add_to_session(so, ep: str, options: Mapping[str, str] | None = None, kind: str = "cpu",
                    index: int = 0) -> None:
     """Put plugin ``ep``'s device on session options ``so`` (onnxruntime puts what it does
-    not take on the CPU EP)."""
-    so.add_provider_for_devices([pick_device(ep, kind, index)], {k: str(v) for k, v in (options or {}).items()})
+    not take on the CPU EP).  OpenVINO's EP computes as onnxsplit's OpenVINO parts do
+    (:func:`precision_config`)."""
+    options = {**precision_config(ep, kind, (options or {}).get("load_config")),
+               **{k: v for k, v in (options or {}).items() if k != "load_config"}}
+    so.add_provider_for_devices([pick_device(ep, kind, index)], {k: str(v) for k, v in options.items()})
+
+
+def precision_config(ep: str, kind: str = "cpu", load_config: str | None = None) -> dict[str, str]:
+    """OpenVINO's EP computes in bf16 by default on a CPU with bf16 units (its ``precision``
+    option is ignored there): the ``load_config`` that holds it to what onnxsplit's OpenVINO
+    parts compute in (float32 unless ``--precision bf16``), merged into ``load_config``
+    where one is given.  Nothing for other EPs."""
+    if ep != "OpenVINOExecutionProvider" or kind not in ("cpu", "gpu"):
+        return {"load_config": load_config} if load_config else {}
+    import json
+
+    from . import openvino
+
+    config = json.loads(load_config) if load_config else {}
+    config.setdefault(kind.upper(), {}).setdefault("INFERENCE_PRECISION_HINT", openvino.precision())
+    return {"load_config": json.dumps(config)}
