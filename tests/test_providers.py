@@ -303,6 +303,32 @@ def test_parts_on_openvino_compute_in_bf16_where_the_user_allows_it(tmp_path, ca
     assert max(np.abs(again[k] - want[k]).max() for k in again) <= 1e-4
 
 
+def test_openvinos_float32_and_bf16_figures_never_stand_in_for_each_other(monkeypatch):
+    """A bf16 split on a machine whose cache holds only OpenVINO's float32 profile measures
+    OpenVINO again in bf16: it was planned and predicted from the float32 calibration
+    (ViT-S predicted at 27.1/s, its bf16 parts measured 80.3/s).  Where entries of both are
+    kept, each precision finds its own, and other providers' entries are untouched."""
+    from onnxsplit.profile.store import Entry, ModelProfile
+
+    def entry(ep, hardware, when):
+        return Entry("h", {}, f"{ep}|{hardware}|threads=1", ep, {}, device={"hardware": hardware},
+                     measured_at=when)
+
+    f32 = entry(openvino.RUNTIME, "Xeon", "2026-01-01")
+    cpu = entry(CPU_EP, "Xeon", "2026-01-01")
+    prof = ModelProfile("h", {}, (f32, cpu))
+    monkeypatch.delenv(openvino.PRECISION_ENV, raising=False)
+    assert prof.entry(openvino.RUNTIME) is f32 and prof.entry(openvino.RUNTIME, hardware="Xeon") is f32
+    monkeypatch.setenv(openvino.PRECISION_ENV, "bf16")
+    assert prof.entry(openvino.RUNTIME) is None and prof.entry(openvino.RUNTIME, hardware="Xeon") is None
+    assert prof.entry(CPU_EP) is cpu
+    bf16 = entry(openvino.RUNTIME, "Xeon, computing in bf16", "2025-01-01")  # (older than f32's)
+    prof = ModelProfile("h", {}, (f32, bf16, cpu))
+    assert prof.entry(openvino.RUNTIME) is bf16
+    monkeypatch.delenv(openvino.PRECISION_ENV)
+    assert prof.entry(openvino.RUNTIME) is f32
+
+
 def test_precision_needs_a_known_value(monkeypatch):
     with pytest.raises(OnnxsplitError, match="unknown precision 'fp8'"):
         with openvino.computing_in("fp8"):

@@ -236,8 +236,8 @@ def footer(results: list[dict]) -> None:
     print(LEGEND)
     for mine, theirs in sorted({(r.get("precision", "f32"), r.get("ov_precision")) for r in results
                                 if r.get("ov_precision")}):
-        print(f"precision: onnxsplit's OpenVINO parts computed in {mine} (--precision), OpenVINO's own "
-              f"runs (ov) in {theirs} (its default on this CPU)")
+        print(f"precision: onnxsplit's OpenVINO parts and OpenVINO's EP (ov ep) computed in {mine} "
+              f"(--precision), OpenVINO's own runs (ov) in {theirs} (its default on this CPU)")
     for line in provider_lines(results):
         print(line)
     for line in verdict(results):

@@ -198,9 +198,20 @@ def _ep_hardware(ep: str) -> str:
 def describe(ep: str) -> str:
     """The hardware an EP runs on, as specific as this machine tells (a profile's key);
     for OpenVINO's runtime, also the precision it computes in where not float32."""
+    return _hardware(ep) + precision_note(ep)
+
+
+def precision_note(ep: str, hardware: str | None = None) -> str:
+    """What :func:`describe` adds for the precision ``ep`` computes in ('' in float32): in
+    force now, or, given a profile entry's ``hardware``, what that entry was measured in."""
     from ..providers import openvino
 
-    return _hardware(ep) + (openvino.hardware_note() if ep == openvino.RUNTIME else "")
+    if ep != openvino.RUNTIME:
+        return ""
+    if hardware is None:
+        return openvino.hardware_note()
+    at = hardware.find(openvino.hardware_note("bf16")[:-len("bf16")])
+    return hardware[at:] if at >= 0 else ""
 
 
 @functools.lru_cache(maxsize=None)

@@ -233,8 +233,14 @@ class ModelProfile:
     def entry(self, execution_provider: str, *, host: str | None = None,
               hardware: str | None = None) -> Entry | None:
         """The entry for an EP: the most recent one measured on ``host`` if any, else on
-        ``hardware`` if any, else the most recent."""
-        mine = [e for e in self.entries if e.execution_provider == execution_provider]
+        ``hardware`` if any, else the most recent -- of those that computed in the precision
+        in force (OpenVINO's float32 and bf16 figures never stand in for each other:
+        :func:`devices.precision_note`)."""
+        from .devices import precision_note
+
+        note = precision_note(execution_provider)
+        mine = [e for e in self.entries if e.execution_provider == execution_provider
+                and precision_note(execution_provider, e.hardware) == note]
         for want, of in ((host, lambda e: e.device.get("host")), (hardware, lambda e: e.hardware)):
             if want is not None and any(of(e) == want for e in mine):
                 mine = [e for e in mine if of(e) == want]

@@ -144,10 +144,11 @@ def computing_in(value: str | None, quiet: bool = False) -> Iterator[str]:
             os.environ[PRECISION_ENV] = before
 
 
-def hardware_note() -> str:
-    """What a profile's hardware key adds for OpenVINO's precision ('' in float32), so
-    that profiles and calibrations measured in bf16 are kept apart from float32's."""
-    p = precision()
+def hardware_note(p: str | None = None) -> str:
+    """What a profile's hardware key adds for OpenVINO's precision ``p`` (default: the one
+    in force; '' in float32), so that profiles and calibrations measured in bf16 are kept
+    apart from float32's."""
+    p = p or precision()
     return "" if p == "f32" else f", computing in {p}"
 
 

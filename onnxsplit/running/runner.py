@@ -604,8 +604,9 @@ def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = No
     with ``hint`` how :class:`openvino.Hinted` does): onnxruntime's default session on the
     CPU (all graph optimisations, default threads); copies of the whole model side by
     side, one single-thread session per core; where installed, OpenVINO's own runtime
-    with its LATENCY and THROUGHPUT hints and each plugin EP on the CPU (OpenVINO's EP)
-    as onnxruntime runs it by default; on each accelerator EP, its default session
+    with its LATENCY and THROUGHPUT hints (in what it computes in by default: bf16 on a CPU
+    with bf16 units) and each plugin EP on the CPU as onnxruntime runs it by default
+    (OpenVINO's EP in what onnxsplit's OpenVINO parts compute in: ``plugins.precision_config``); on each accelerator EP, its default session
     (onnxruntime puts what the EP cannot run on the CPU) and, with ``capacity_kb``, its
     capacity-aware partitioning under that memory budget, ad hoc and with the per-node
     memory statistics it collects first."""
@@ -930,10 +931,13 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
         budget = (result["predicted"] or {}).get("accelerator_memory")
         also = {"onnxsplit_threads": Parts(parts_dir, optimize=optimize, fallback_cpu=fallback_cpu)} \
             if loaded is not None else None
-        base = baselines(model_path, feeds, samples=samples, warmup=warmup,
-                         accelerators=accelerators,
-                         capacity_kb=int(budget / 1024) if budget else None, plan=parts, also=also,
-                         time_limit=time_limit)
+        # OpenVINO's EP beside parts that compute in bf16 computes so too (its own runtime's
+        # hints compute in what OpenVINO picks by default, said beside their figures)
+        with openvino.computing_in(precision or "f32", quiet=True):
+            base = baselines(model_path, feeds, samples=samples, warmup=warmup,
+                             accelerators=accelerators,
+                             capacity_kb=int(budget / 1024) if budget else None, plan=parts, also=also,
+                             time_limit=time_limit)
         result["measured"] = base.pop("onnxsplit")
         if "error" in result["measured"]:  # the plan itself failed while measured (a part, or
             raise RunError(result["measured"]["error"])  # its node, lost): the run fails, in one line
