@@ -517,6 +517,8 @@ def _print_split(result: dict, as_json: bool) -> int:
     _print_per_shape(result)
     if result.get("precision"):
         print(f"precision: OpenVINO's parts compute in {result['precision']} (--precision); the rest in float32")
+    else:
+        _bf16_hint(result)
     if verify is not None:
         where = f" (worst at {_shapes_text(verify['shapes'])})" if verify.get("shapes") else ""
         print(f"verify: max abs error {verify['max_abs_error']:.2g}, max rel error "
@@ -562,6 +564,17 @@ def _shapes_text(shapes: dict, text=None) -> str:
         groups.setdefault((re.sub(r"\d+", "N", k), text(v)), []).append(k)
     return " ".join(f"{names[0]}={dims}" if len(names) == 1 else f"{pattern}={dims} ({len(names)} inputs)"
                     for (pattern, dims), names in groups.items())
+
+
+def _bf16_hint(result: dict) -> None:
+    """Where OpenVINO was weighed on a CPU with bf16 units, say that it computes in bf16 by
+    default there, and how to split for that: a user comparing with OpenVINO as installed
+    meets bf16's speed."""
+    from .providers import openvino
+
+    if openvino.RUNTIME in (result.get("providers") or {}) and openvino.bf16_units():
+        print("precision: float32; OpenVINO computes in bf16 by default on this CPU (bf16 units): "
+              "--precision bf16 splits for that, the check then allowing what bf16 moves")
 
 
 def _print_per_shape(result: dict) -> None:

@@ -329,6 +329,20 @@ def test_openvinos_float32_and_bf16_figures_never_stand_in_for_each_other(monkey
     assert prof.entry(openvino.RUNTIME) is f32
 
 
+@pytest.mark.parametrize("units,weighed,said", [(True, True, True), (False, True, False), (True, False, False)])
+def test_a_float32_split_says_how_to_split_for_openvinos_bf16(monkeypatch, capsys, units, weighed, said):
+    """Where OpenVINO was weighed on a CPU with bf16 units (where OpenVINO computes in bf16
+    by default: several times the speed of float32 parts where the CPU has AMX, as
+    tools/bench_vs_ort.py shows beside --precision bf16), the summary says
+    how to split for bf16; elsewhere nothing."""
+    from onnxsplit import cli
+
+    monkeypatch.setattr(openvino, "bf16_units", lambda: units)
+    cli._bf16_hint({"providers": {openvino.RUNTIME: {}} if weighed else {}})
+    out = capsys.readouterr().out
+    assert ("--precision bf16" in out) == said
+
+
 def test_precision_needs_a_known_value(monkeypatch):
     with pytest.raises(OnnxsplitError, match="unknown precision 'fp8'"):
         with openvino.computing_in("fp8"):
