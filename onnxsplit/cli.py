@@ -860,7 +860,7 @@ def _compare(args) -> int:
                       "latency_ms": c.predicted["latency_ms"],
                       "throughput_per_s": c.predicted["throughput_per_s"]}
                      for c in machine.whole_candidates(workload, args.objective, prep.as_run["cpu"],
-                                                       prep.as_run.get("acc"), prep.shared)]
+                                                       prep.as_run.get("acc"), prep.on_cores)]
     else:
         workload = api.load_workload(args.workload)
     result = api.compare(workload, args.objective, time_limit=args.time_limit)

@@ -32,7 +32,7 @@ from . import genai_config, interrupt, progress, ranges
 from .errors import OnnxsplitError, SplitError
 from .graph import OpGraph, subgraphs
 from .profile.devices import CPU_EP
-from .providers import openvino
+from .providers import openvino, plugins
 from .shapes import KEEP_WEIGHT_BYTES, elem_type, proto_bytes
 
 FORMAT = "onnxsplit-parts/1"
@@ -275,6 +275,10 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
             entry["replicas"] = int((replicas or {}).get(entry["device"], 1))
             if entry["execution_provider"] == openvino.RUNTIME and reduced != "f32":
                 entry["config"] = {**(entry.get("config") or {}), "INFERENCE_PRECISION_HINT": reduced}
+                manifest["precision"] = reduced
+            elif entry["execution_provider"] == openvino.PLUGIN_EP and reduced != "f32":
+                entry["config"] = {**(entry.get("config") or {}),
+                                   **plugins.as_config(openvino.PLUGIN_EP, plugins.precision_config(openvino.PLUGIN_EP))}
                 manifest["precision"] = reduced
         manifest["run_as"] = "session" if session is not None else "pipeline"
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import calibrate as cal
 from .export import UNFUSED, UNFUSED_CONFIG, part_deps
-from .providers.openvino import RUNTIME
+from .providers.openvino import PLUGIN_EP, RUNTIME
 from .plan import Plan
 from .profile.devices import CPU_EP
 from .solve import evaluate
@@ -141,7 +141,8 @@ def whole_candidates(workload, objective: str, cpu_rec: Mapping[str, Any],
 # how a candidate's description names a provider that runs the whole model on the cores,
 # and its default configuration
 PROVIDER_SAYS = {CPU_EP: ("onnxruntime", "onnxruntime's default session on the CPU"),
-                 RUNTIME: ("OpenVINO", "OpenVINO's LATENCY hint on every core")}
+                 RUNTIME: ("OpenVINO", "OpenVINO's LATENCY hint on every core"),
+                 PLUGIN_EP: ("onnxruntime with OpenVINO's EP", "onnxruntime's session on OpenVINO's EP")}
 
 
 def _on_cores(workload, objective: str, provider: str, rec: Mapping[str, Any],

@@ -87,6 +87,13 @@ class Prepared:
         shared = self.cluster.cpu.shared_by if self.cluster is not None else ()
         return {ep: self.as_run[ep] for ep in shared if self.as_run.get(ep)}
 
+    @property
+    def on_cores(self) -> dict[str, Any]:
+        """What runs the whole model on the cores besides onnxruntime's CPU EP, by provider:
+        the shared providers, and those weighed for the whole model only
+        (``devices.whole_on_cores``)."""
+        return {**self.shared, **(self.as_run.get("whole_only") or {})}
+
 
 def _say(quiet: bool, text: str) -> None:
     if not quiet:
@@ -219,11 +226,18 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
             store.put(replace(entry, as_run=record))
         if record:
             out[kind] = record
-    on_cores = [ep for ep in cluster.cpu.shared_by if ep in out and ep in present]
+    whole_only, measured = _whole_only(graph, cpu_entry, out, present, cluster, quiet, model_bytes)
+    if measured:  # (kept with the CPU's calibration)
+        fresh |= set(measured)
+        store = store or ProfileFile.load(cache)
+        store.put(replace(cpu_entry, as_run=out["cpu"]))
+    if whole_only:
+        out["whole_only"] = whole_only
+    on_cores = [ep for ep in cluster.cpu.shared_by if ep in out and ep in present] + list(whole_only)
     if out.get("cpu") and on_cores and fresh & {"cpu", *on_cores}:
         # each provider's best measured again beside the others': the choice between
         # them then rests on one stretch of the machine's time (calibrate.side_by_side)
-        records = {CPU_EP: out["cpu"], **{ep: out[ep] for ep in on_cores}}
+        records = {CPU_EP: out["cpu"], **{ep: out.get(ep) or whole_only[ep] for ep in on_cores}}
         runs = calibrate.finalists(records)  # (none where one provider is far ahead)
         if runs:
             _say(quiet, f"measuring {', '.join(sorted({p for p, _ in runs.values()}))} side by side")
@@ -235,13 +249,51 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
         store = store or ProfileFile.load(cache)
         for kind, entry in kinds:
             if entry is not None and kind in ("cpu", *on_cores):
-                store.put(replace(entry, as_run=out[kind]))
+                store.put(replace(entry, as_run=out[kind]))  # (the CPU's holds the whole-only ones)
     if store is not None:
         try:
             store.save()
         except OSError:
             pass  # a read-only cache: the calibration is used, just not kept
     return out, unopt, refused
+
+
+def _whole_only(graph, cpu_entry, out, present, cluster, quiet: bool, model_bytes: float
+                ) -> dict[str, Any]:
+    """The calibration of each provider weighed for the whole model only
+    (``devices.whole_on_cores``), by provider: kept in the CPU entry's calibration under
+    ``whole_only`` (by provider and the precision it computed in), measured here where that
+    has none (returned second: those measured now, which ``out["cpu"]`` now holds).  One
+    that fails on the model is a note and ``{"refused": why}``, kept, so that it is not
+    tried again."""
+    from .profile.devices import precision_note, whole_on_cores
+
+    if cpu_entry is None or not out.get("cpu") or not cluster.cpu.count:
+        return {}, []
+    kept = dict(out["cpu"].get("whole_only") or {})
+    got: dict[str, Any] = {}
+    measured = []
+    for ep in whole_on_cores():
+        if ep in cluster.cpu.shared_by or ep not in present:
+            continue
+        key = ep + precision_note(ep)
+        if not kept.get(key):
+            _say(quiet, f"calibrating the whole model on {ep} (as users run it)")
+            try:
+                with isolated.Child() as child, progress.ticking(
+                        f"calibrating on {ep.removesuffix('ExecutionProvider')}", quiet):
+                    kept[key] = child.call("onnxsplit.calibrate:calibrate", str(graph.path),
+                                           input_feeds(graph), ep, model_bytes=model_bytes)
+            except OnnxsplitError as e:
+                why = f"{ep} failed on the whole model: {' '.join(str(e).split())[:300]}"
+                print(f"onnxsplit: note: {why}; planning without it", file=sys.stderr, flush=True)
+                kept[key] = {"refused": why}
+            measured.append(ep)
+        if "refused" not in kept[key]:
+            got[ep] = kept[key]
+    if measured:
+        out["cpu"]["whole_only"] = kept
+    return got, measured
 
 
 def _check_total_memory(workload, cluster, accs) -> None:
@@ -450,7 +502,7 @@ def choose(prep: Prepared, workload, objective: str, method: str = "auto",
     acc_rec = prep.as_run.get("acc")
     costs = machine.CallCosts.of(cpu_rec)
     wholes = [] if pinned or method != "auto" else \
-        machine.whole_candidates(workload, objective, cpu_rec, acc_rec, prep.shared)
+        machine.whole_candidates(workload, objective, cpu_rec, acc_rec, prep.on_cores)
     splits = machine.split_workloads(workload, objective, cpu_rec, acc_rec, prep.unoptimised_ms,
                                      prep.shared)
     whole_on = {d for c in wholes if len(set(c.plan.assignment.values())) == 1

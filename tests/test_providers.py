@@ -203,8 +203,9 @@ def test_a_model_openvino_refuses_is_planned_without_it(tmp_path, capsys, monkey
     refused = [line for line in cap.err.splitlines() if "OpenVINO refused the model" in line]
     assert len(refused) == 1 and "Det" in refused[0] and "Exception from" not in refused[0]
     result = json.loads(cap.out)
-    assert result["verify"]["ok"] and result["execution"].get("provider") is None
-    assert all("OpenVINO" not in c["what"] for c in result["plan"]["details"]["candidates"])
+    # (onnxruntime with OpenVINO's EP, where it offers a device, is weighed: it hands Det to the CPU EP)
+    assert result["verify"]["ok"] and result["execution"].get("provider") != openvino.RUNTIME
+    assert not any(c["what"].startswith("OpenVINO") for c in result["plan"]["details"]["candidates"])
     assert main([str(model), "--out", str(tmp_path / "q"), "--json"]) == 0
     assert "OpenVINO refused" not in capsys.readouterr().err  # (the cache remembers)
 
@@ -229,8 +230,8 @@ def test_a_provider_failing_on_the_whole_model_is_planned_without(tmp_path, caps
         assert len(notes) == 1 and notes[0].startswith("onnxsplit: note: OpenVINORuntime failed") \
             and notes[0].endswith("planning without it")
         assert "failed on the whole model" in ov[0]["settings"]["refused"]
-        assert result["execution"].get("provider") is None
-        assert all("OpenVINO" not in c["what"] for c in result["plan"]["details"]["candidates"])
+        assert result["execution"].get("provider") != openvino.RUNTIME
+        assert not any(c["what"].startswith("OpenVINO") for c in result["plan"]["details"]["candidates"])
         assert main([str(model), "--context", "16", "--out", str(tmp_path / "q"), "--json"]) == 0
         assert "OpenVINORuntime" not in capsys.readouterr().err  # (the cache remembers)
     else:
@@ -341,6 +342,49 @@ def test_a_float32_split_says_how_to_split_for_openvinos_bf16(monkeypatch, capsy
     cli._bf16_hint({"providers": {openvino.RUNTIME: {}} if weighed else {}})
     out = capsys.readouterr().out
     assert ("--precision bf16" in out) == said
+
+
+def test_a_plugins_options_travel_in_a_parts_config():
+    """A part's config carries a plugin EP's provider options as onnxruntime's own
+    ``ep.<name>.<option>`` session entries; a session takes them back as options."""
+    config = {**plugins.as_config(OV_EP, {"load_config": '{"CPU": {}}'}), "session.x": 1}
+    assert config == {"ep.openvinoexecutionprovider.load_config": '{"CPU": {}}', "session.x": 1}
+    assert plugins.options_of(OV_EP, config) == ({"load_config": '{"CPU": {}}'}, {"session.x": "1"})
+    assert plugins.options_of("OtherEP", config)[0] == {}
+
+
+@pytest.mark.skipif(not plugins.ep_devices(OV_EP), reason="the OpenVINO plugin EP offers no device here")
+def test_openvinos_ep_is_weighed_for_the_whole_model_in_each_precision(tmp_path, capsys, monkeypatch):
+    """OpenVINO's EP (whose whole-model calls measured faster than OpenVINO's own runtime on
+    an Intel Xeon with AMX) is calibrated for the whole model, kept with the CPU's
+    calibration by precision, weighed beside the rest, and not measured twice; its bf16
+    part carries the precision in its config and reproduces the model as bf16 does."""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=4, batch=8, width=64)
+    split = [str(model), "--objective", "latency"]
+    assert main(split + ["--out", str(tmp_path / "a")]) == 0
+    assert f"calibrating the whole model on {OV_EP}" in capsys.readouterr().err
+    plan = json.loads((tmp_path / "a" / "plan.json").read_text())
+    assert "onnxruntime's session on OpenVINO's EP" in [c["what"] for c in plan["details"]["candidates"]]
+    entries = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())["entries"]
+    cpu = next(e for e in entries if e["device"]["execution_provider"] == CPU_EP)
+    assert cpu["as_run"]["whole_only"][OV_EP]["default"]["latency_ms"] > 0
+    assert main(split + ["--out", str(tmp_path / "b")]) == 0
+    assert OV_EP not in capsys.readouterr().err  # (kept)
+    if not openvino.bf16_units():
+        return
+    assert main(split + ["--out", str(tmp_path / "c"), "--precision", "bf16"]) == 0
+    assert f"calibrating the whole model on {OV_EP}" in capsys.readouterr().err  # (float32's is not bf16's)
+    (tmp_path / "h").mkdir()
+    model, plan = halves_plan(tmp_path / "h", monkeypatch, capsys, "cpu0", provider=OV_EP)
+    assert main(["export", str(model), "--plan", str(tmp_path / "h" / "plan.json"), "--precision", "bf16",
+                 "--out", str(tmp_path / "d"), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    (part,) = manifest["parts"]
+    config = json.loads(part["config"]["ep.openvinoexecutionprovider.load_config"])
+    assert part["execution_provider"] == OV_EP and config["CPU"]["INFERENCE_PRECISION_HINT"] == "bf16"
+    assert manifest["precision"] == "bf16" and got["verify"]["ok"] and got["verify"]["max_abs_error"] > 1e-6
 
 
 def test_precision_needs_a_known_value(monkeypatch):

@@ -111,6 +111,16 @@ def planned_on_cores() -> list[str]:
     return [ep for ep in cpu_providers() if ep == openvino.RUNTIME]
 
 
+def whole_on_cores() -> list[str]:
+    """The providers on the host's cores that a plan weighs for the whole model only, beside
+    onnxruntime's default session and copies: plugin EPs whose device is the CPU (OpenVINO's
+    EP, whose whole-model calls measured faster than OpenVINO's own runtime on an Intel
+    Xeon with AMX).  onnxruntime's profiler sees such an EP's compiled graph as one node,
+    so there are no per-operator times to split on."""
+    planned = planned_on_cores()
+    return [ep for ep in cpu_providers() if ep not in planned]
+
+
 def cpu_providers() -> list[str]:
     """The providers present that run on the host's cores besides the CPU EP."""
     return [ep for ep in available_providers() if ep != CPU_EP and shares_cpu(ep)]
@@ -206,7 +216,7 @@ def precision_note(ep: str, hardware: str | None = None) -> str:
     force now, or, given a profile entry's ``hardware``, what that entry was measured in."""
     from ..providers import openvino
 
-    if ep != openvino.RUNTIME:
+    if ep not in (openvino.RUNTIME, openvino.PLUGIN_EP):  # (both compute in --precision)
         return ""
     if hardware is None:
         return openvino.hardware_note()

@@ -48,6 +48,7 @@ _TYPES = {"f32": "tensor(float)", "f64": "tensor(double)", "f16": "tensor(float1
           "u16": "tensor(uint16)", "u32": "tensor(uint32)", "u64": "tensor(uint64)",
           "boolean": "tensor(bool)", "string": "tensor(string)"}
 COMPILED_SHAPES = 4  # shapes a session compiles for (the first seen); others run on the dynamic model
+PLUGIN_EP = "OpenVINOExecutionProvider"  # OpenVINO inside onnxruntime (onnxsplit.providers.plugins)
 PRECISIONS = ("f32", "bf16")  # what onnxsplit lets OpenVINO compute in (--precision)
 PRECISION_ENV = "ONNXSPLIT_OPENVINO_PRECISION"
 

@@ -189,16 +189,30 @@ def add_to_session(so, ep: str, options: Mapping[str, str] | None = None, kind: 
     so.add_provider_for_devices([pick_device(ep, kind, index)], {k: str(v) for k, v in options.items()})
 
 
+def as_config(ep: str, options: Mapping[str, str]) -> dict[str, str]:
+    """Provider options of plugin ``ep`` as session config entries (``ep.<name>.<option>``,
+    onnxruntime's own form): how a manifest part's ``config`` carries them."""
+    return {f"ep.{ep.lower()}.{k}": str(v) for k, v in options.items()}
+
+
+def options_of(ep: str, config: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """(plugin ``ep``'s provider options, the other session config entries) of a part's
+    ``config`` (:func:`as_config`)."""
+    prefix = f"ep.{ep.lower()}."
+    options = {k[len(prefix):]: str(v) for k, v in config.items() if k.startswith(prefix)}
+    return options, {k: str(v) for k, v in config.items() if not k.startswith(prefix)}
+
+
 def precision_config(ep: str, kind: str = "cpu", load_config: str | None = None) -> dict[str, str]:
     """OpenVINO's EP computes in bf16 by default on a CPU with bf16 units (its ``precision``
     option is ignored there): the ``load_config`` that holds it to what onnxsplit's OpenVINO
     parts compute in (float32 unless ``--precision bf16``), merged into ``load_config``
     where one is given.  Nothing for other EPs."""
-    if ep != "OpenVINOExecutionProvider" or kind not in ("cpu", "gpu"):
+    from . import openvino
+
+    if ep != openvino.PLUGIN_EP or kind not in ("cpu", "gpu"):
         return {"load_config": load_config} if load_config else {}
     import json
-
-    from . import openvino
 
     config = json.loads(load_config) if load_config else {}
     config.setdefault(kind.upper(), {}).setdefault("INFERENCE_PRECISION_HINT", openvino.precision())

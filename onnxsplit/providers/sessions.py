@@ -52,12 +52,14 @@ def open_sessions(path: str | Path, eps: list[str], *, threads: int | None, opti
     from ..profile.measure import session_options
 
     so = session_options(threads, optimize=optimize)
-    for k, v in (config or {}).items():
-        so.add_session_config_entry(k, str(v))
     plugin = first in plugins.providers()
+    # (a plugin's provider options travel in the config as onnxruntime's ep.<name>.<option>)
+    options, config = plugins.options_of(first, config or {}) if plugin else ({}, config or {})
+    for k, v in config.items():
+        so.add_session_config_entry(k, str(v))
     if plugin:
         try:
-            plugins.add_to_session(so, first, {"num_of_threads": threads} if threads else None,
+            plugins.add_to_session(so, first, {**options, **({"num_of_threads": threads} if threads else {})},
                                    index=device_id or 0)
         except Exception as e:
             raise SessionError(f"{first} cannot take it: {_one_line(e)}") from None
