@@ -166,11 +166,12 @@ def test_a_node_lost_mid_run_ends_in_one_line_naming_the_part(tmp_path):
 
     model_path, parts = two_parts(tmp_path, machines={"cpu0": "m1", "cpu1": "m2"})
     session = reference(model_path)
-    before, lost = ray_processes(), None
+    before, lost, remover = ray_processes(), None, None
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"m1": 1}})
     try:
         m2 = cluster.add_node(num_cpus=1, resources={"m2": 1})
         cluster.wait_for_nodes()
+        remover = threading.Thread(target=cluster.remove_node, args=(m2,), daemon=True)
         with RayParts(parts, address=cluster.address) as rp:
             survivor = next(w["folder"] for p, w in zip(rp.parts, rp.placed) if p["name"] == "part0_cpu0")
             lost = next(w["folder"] for p, w in zip(rp.parts, rp.placed) if p["name"] == "part1_cpu1")
@@ -181,7 +182,7 @@ def test_a_node_lost_mid_run_ends_in_one_line_naming_the_part(tmp_path):
                 for s in range(100_000):  # until the loss stops the run
                     if s == 40:
                         removed.append(time.monotonic())
-                        threading.Thread(target=cluster.remove_node, args=(m2,), daemon=True).start()
+                        remover.start()
                     sent.append(random_feeds(inputs, seed=s))
                     yield sent[-1]
 
@@ -211,6 +212,10 @@ def test_a_node_lost_mid_run_ends_in_one_line_naming_the_part(tmp_path):
     finally:
         if ray.is_initialized():
             ray.shutdown()
+        if remover is not None and remover.ident is not None:
+            # (the node's removal may still wait on its processes on a busy machine: the
+            # cluster's shutdown would remove it a second time, a KeyError inside Ray)
+            remover.join(timeout=60)
         cluster.shutdown()
         forget_address(cluster.address)
         if lost:  # (the lost node's copy of its files: one machine here)
