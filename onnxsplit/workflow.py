@@ -259,7 +259,7 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
 
 
 def _whole_only(graph, cpu_entry, out, present, cluster, quiet: bool, model_bytes: float
-                ) -> dict[str, Any]:
+                ) -> tuple[dict[str, Any], list[str]]:
     """The calibration of each provider weighed for the whole model only
     (``devices.whole_on_cores``), by provider: kept in the CPU entry's calibration under
     ``whole_only`` (by provider and the precision it computed in), measured here where that
