@@ -32,7 +32,7 @@ from . import genai_config, interrupt, progress, ranges
 from .errors import OnnxsplitError, SplitError
 from .graph import OpGraph, subgraphs
 from .profile.devices import CPU_EP
-from .providers import openvino, plugins
+from .providers import openvino
 from .shapes import KEEP_WEIGHT_BYTES, elem_type, proto_bytes
 
 FORMAT = "onnxsplit-parts/1"
@@ -269,17 +269,13 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
                              machines or {}, types)
         if shape_range:
             manifest["model"]["shape_range"] = ranges.as_json(shape_range)
-        reduced = openvino.precision()  # (what OpenVINO's parts compute in: said in their config)
         for entry in manifest["parts"]:
             entry.update(level_fields(optimization, entry["execution_provider"] == CPU_EP))
             entry["replicas"] = int((replicas or {}).get(entry["device"], 1))
-            if entry["execution_provider"] == openvino.RUNTIME and reduced != "f32":
-                entry["config"] = {**(entry.get("config") or {}), "INFERENCE_PRECISION_HINT": reduced}
-                manifest["precision"] = reduced
-            elif entry["execution_provider"] == openvino.PLUGIN_EP and reduced != "f32":
-                entry["config"] = {**(entry.get("config") or {}),
-                                   **plugins.as_config(openvino.PLUGIN_EP, plugins.precision_config(openvino.PLUGIN_EP))}
-                manifest["precision"] = reduced
+            held = openvino.part_config(entry["execution_provider"])  # (its precision, where reduced)
+            if held:
+                entry["config"] = {**(entry.get("config") or {}), **held}
+                manifest["precision"] = openvino.precision()
         manifest["run_as"] = "session" if session is not None else "pipeline"
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         for name, text in (files or {}).items():

@@ -194,22 +194,13 @@ def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again:
         if entry.execution_provider in present and (again or calibrate.stale(record)):
             record = {}
         if not record and entry.execution_provider in present:
-            _say(quiet, f"calibrating the whole model on {entry.execution_provider} "
-                        "(as users run it)")
             feeds = feeds if feeds is not None else input_feeds(graph)
-            # in a fresh process, as `run` measures, apart from what profiling left in
-            # this one (sessions, arenas, threads)
             try:
-                with isolated.Child() as child, progress.ticking(
-                        f"calibrating on {entry.execution_provider.removesuffix('ExecutionProvider')}", quiet):
-                    record = child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds,
-                                        entry.execution_provider, model_bytes=model_bytes)
+                record = _calibrate_whole(graph, entry.execution_provider, feeds, quiet, model_bytes)
             except OnnxsplitError as e:
                 if kind in ("cpu", "acc"):
                     raise
-                why = f"{entry.execution_provider} failed on the whole model: {' '.join(str(e).split())[:300]}"
-                # (said even where progress is not: the user should know what was left out)
-                print(f"onnxsplit: note: {why}; planning without it", file=sys.stderr, flush=True)
+                why = _refusal(entry.execution_provider, e)
                 refused[id(entry)] = replace(entry, settings={**entry.settings, "refused": why})
                 store = store or ProfileFile.load(cache)
                 store.put(refused[id(entry)])
@@ -278,22 +269,34 @@ def _whole_only(graph, cpu_entry, out, present, cluster, quiet: bool, model_byte
             continue
         key = ep + precision_note(ep)
         if not kept.get(key):
-            _say(quiet, f"calibrating the whole model on {ep} (as users run it)")
             try:
-                with isolated.Child() as child, progress.ticking(
-                        f"calibrating on {ep.removesuffix('ExecutionProvider')}", quiet):
-                    kept[key] = child.call("onnxsplit.calibrate:calibrate", str(graph.path),
-                                           input_feeds(graph), ep, model_bytes=model_bytes)
+                kept[key] = _calibrate_whole(graph, ep, input_feeds(graph), quiet, model_bytes)
             except OnnxsplitError as e:
-                why = f"{ep} failed on the whole model: {' '.join(str(e).split())[:300]}"
-                print(f"onnxsplit: note: {why}; planning without it", file=sys.stderr, flush=True)
-                kept[key] = {"refused": why}
+                kept[key] = {"refused": _refusal(ep, e)}
             measured.append(ep)
         if "refused" not in kept[key]:
             got[ep] = kept[key]
     if measured:
         out["cpu"]["whole_only"] = kept
     return got, measured
+
+
+def _calibrate_whole(graph, ep: str, feeds, quiet: bool, model_bytes: float) -> dict[str, Any]:
+    """The whole model calibrated on ``ep`` (``calibrate.calibrate``) in a fresh process, as
+    `run` measures, apart from what profiling left in this one (sessions, arenas, threads)."""
+    _say(quiet, f"calibrating the whole model on {ep} (as users run it)")
+    with isolated.Child() as child, progress.ticking(
+            f"calibrating on {ep.removesuffix('ExecutionProvider')}", quiet):
+        return child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds, ep,
+                          model_bytes=model_bytes)
+
+
+def _refusal(ep: str, error: Exception) -> str:
+    """Why ``ep`` is planned without, said even where progress is not (the user should know
+    what was left out)."""
+    why = f"{ep} failed on the whole model: {' '.join(str(error).split())[:300]}"
+    print(f"onnxsplit: note: {why}; planning without it", file=sys.stderr, flush=True)
+    return why
 
 
 def _check_total_memory(workload, cluster, accs) -> None:

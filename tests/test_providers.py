@@ -23,6 +23,7 @@ from onnxsplit import calibrate, machine
 from onnxsplit.providers import openvino, plugins
 from onnxsplit.cli import main
 from onnxsplit.errors import OnnxsplitError
+from onnxsplit.profile import devices
 from onnxsplit.profile.devices import CPU_EP, available_providers, provider_lines, shares_cpu
 from onnxsplit.running.runner import Parts, baselines, measure_pipeline
 from onnxsplit.workload import Workload
@@ -126,6 +127,22 @@ def test_openvinos_ep_is_held_to_the_precision_of_onnxsplits_openvino_parts(monk
     assert got == {"CPU": {"NUM_STREAMS": "2", "INFERENCE_PRECISION_HINT": "bf16"}, "GPU": {"X": "1"}}
     assert plugins.precision_config("OtherEP") == {}
     assert plugins.precision_config("OtherEP", "cpu", mine) == {"load_config": mine}
+
+
+def test_a_parts_config_holds_it_to_the_precision_in_force(monkeypatch):
+    """What export writes in a part's config so that `run` computes as the plan was
+    measured: nothing in float32; in bf16, OpenVINO's own property for its runtime and the
+    plugin EP's load_config for the EP (read back as the EP's options); nothing for others."""
+    monkeypatch.delenv(openvino.PRECISION_ENV, raising=False)
+    assert [openvino.part_config(ep) for ep in (openvino.RUNTIME, OV_EP, CPU_EP)] == [{}, {}, {}]
+    monkeypatch.setenv(openvino.PRECISION_ENV, "bf16")
+    assert openvino.part_config(openvino.RUNTIME) == {"INFERENCE_PRECISION_HINT": "bf16"}
+    options, rest = plugins.options_of(OV_EP, openvino.part_config(OV_EP))
+    assert rest == {} and json.loads(options["load_config"]) == {"CPU": {"INFERENCE_PRECISION_HINT": "bf16"}}
+    assert openvino.part_config(CPU_EP) == {}
+    assert devices.precision_note(OV_EP) == ", computing in bf16"
+    assert devices.precision_note(OV_EP, "Intel Xeon, computing in bf16") == ", computing in bf16"
+    assert devices.precision_note(OV_EP, "Intel Xeon") == ""
 
 
 @pytest.mark.skipif(not plugins.ep_devices(OV_EP), reason="the OpenVINO plugin EP offers no device here")

@@ -220,7 +220,7 @@ def precision_note(ep: str, hardware: str | None = None) -> str:
         return ""
     if hardware is None:
         return openvino.hardware_note()
-    at = hardware.find(openvino.hardware_note("bf16")[:-len("bf16")])
+    at = hardware.find(openvino.PRECISION_NOTE)
     return hardware[at:] if at >= 0 else ""
 
 

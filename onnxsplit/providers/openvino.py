@@ -145,12 +145,31 @@ def computing_in(value: str | None, quiet: bool = False) -> Iterator[str]:
             os.environ[PRECISION_ENV] = before
 
 
+PRECISION_NOTE = ", computing in "  # (how hardware_note begins)
+
+
 def hardware_note(p: str | None = None) -> str:
     """What a profile's hardware key adds for OpenVINO's precision ``p`` (default: the one
     in force; '' in float32), so that profiles and calibrations measured in bf16 are kept
     apart from float32's."""
     p = p or precision()
-    return "" if p == "f32" else f", computing in {p}"
+    return "" if p == "f32" else f"{PRECISION_NOTE}{p}"
+
+
+def part_config(ep: str) -> dict[str, str]:
+    """The config entries that hold a part on ``ep`` to :func:`precision` under `run`
+    (nothing in float32, or for a provider other than OpenVINO's): OpenVINO's own property,
+    or the plugin EP's ``load_config`` (``plugins.as_config``)."""
+    p = precision()
+    if p == "f32":
+        return {}
+    if ep == RUNTIME:
+        return {"INFERENCE_PRECISION_HINT": p}
+    if ep == PLUGIN_EP:
+        from . import plugins
+
+        return plugins.as_config(ep, plugins.precision_config(ep))
+    return {}
 
 
 def properties(threads: int | None, replicas: int, config: Mapping[str, Any] | None = None
