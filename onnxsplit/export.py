@@ -32,7 +32,7 @@ from . import genai_config, interrupt, progress, ranges
 from .errors import OnnxsplitError, SplitError
 from .graph import OpGraph, subgraphs
 from .profile.devices import CPU_EP
-from .providers import openvino
+from .providers import openvino, plugins
 from .shapes import KEEP_WEIGHT_BYTES, elem_type, proto_bytes
 
 FORMAT = "onnxsplit-parts/1"
@@ -272,7 +272,7 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
         for entry in manifest["parts"]:
             entry.update(level_fields(optimization, entry["execution_provider"] == CPU_EP))
             entry["replicas"] = int((replicas or {}).get(entry["device"], 1))
-            held = openvino.part_config(entry["execution_provider"])  # (its precision, where reduced)
+            held = plugins.part_config(entry["execution_provider"])  # (its precision, where reduced)
             if held:
                 entry["config"] = {**(entry.get("config") or {}), **held}
                 manifest["precision"] = openvino.precision()

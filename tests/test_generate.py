@@ -184,7 +184,7 @@ def test_context_plans_a_decoding_step_with_its_kv_cache_against_memory(tmp_path
     """--context N: one decoding step at N tokens planned for latency, the caches counted
     at their full length on their part's device.  A fast (estimated) accelerator of 16 MiB
     takes the decoder (8.1 MiB of weights, hidden 256) and its caches at a context of 64 (1 MiB);
-    at 8192 the caches are 64 MiB, and they stay on the CPU -- and the parts still generate
+    at 8192 the caches are 64 MiB, and most stay on the CPU -- and the parts still generate
     the model's tokens (the accelerator's parts checked on the CPU).  The IP's plan is taken
     as it is (--method ip): whether this machine's CPU beats an estimated accelerator is not
     what is tested."""
@@ -211,8 +211,12 @@ def test_context_plans_a_decoding_step_with_its_kv_cache_against_memory(tmp_path
         plan = json.loads((out / "plan.json").read_text())["assignment"]
         on_cpu[context] = sorted(k for k in caches if plan[k] == "cpu0")
         assert sum(d == "acc0" for d in plan.values()) > 0, (context, r["plan"]["details"].get("why"), r["plan"]["details"].get("candidates"))
-    # (at 64 the IP may keep a layer's small caches by the CPU's nodes: speed, not memory)
-    assert len(on_cpu[64]) <= len(caches) // 4 and on_cpu[8192] == caches
+    # (at 64 the IP may keep a layer's small caches by the CPU's nodes: speed, not memory;
+    # at 8192 the accelerator holds what its 16 MiB hold beside its nodes: which caches, if
+    # any, depends on how fast this machine's CPU measured, as a busy machine showed)
+    cache_bytes = HEADS * 8192 * 128 * 4
+    assert len(on_cpu[64]) <= len(caches) // 4 and len(on_cpu[8192]) > len(caches) // 2
+    assert (len(caches) - len(on_cpu[8192])) * cache_bytes <= 16 * 2**20 and len(on_cpu[8192]) > len(on_cpu[64])
     assert main(["generate", str(tmp_path / "p8192"), "--prompt", "3,7,11,5", "--max-new-tokens", "8",
                  "--fallback-cpu", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)

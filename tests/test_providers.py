@@ -134,12 +134,12 @@ def test_a_parts_config_holds_it_to_the_precision_in_force(monkeypatch):
     measured: nothing in float32; in bf16, OpenVINO's own property for its runtime and the
     plugin EP's load_config for the EP (read back as the EP's options); nothing for others."""
     monkeypatch.delenv(openvino.PRECISION_ENV, raising=False)
-    assert [openvino.part_config(ep) for ep in (openvino.RUNTIME, OV_EP, CPU_EP)] == [{}, {}, {}]
+    assert [plugins.part_config(ep) for ep in (openvino.RUNTIME, OV_EP, CPU_EP)] == [{}, {}, {}]
     monkeypatch.setenv(openvino.PRECISION_ENV, "bf16")
-    assert openvino.part_config(openvino.RUNTIME) == {"INFERENCE_PRECISION_HINT": "bf16"}
-    options, rest = plugins.options_of(OV_EP, openvino.part_config(OV_EP))
+    assert plugins.part_config(openvino.RUNTIME) == {"INFERENCE_PRECISION_HINT": "bf16"}
+    options, rest = plugins.options_of(OV_EP, plugins.part_config(OV_EP))
     assert rest == {} and json.loads(options["load_config"]) == {"CPU": {"INFERENCE_PRECISION_HINT": "bf16"}}
-    assert openvino.part_config(CPU_EP) == {}
+    assert plugins.part_config(CPU_EP) == {}
     assert devices.precision_note(OV_EP) == ", computing in bf16"
     assert devices.precision_note(OV_EP, "Intel Xeon, computing in bf16") == ", computing in bf16"
     assert devices.precision_note(OV_EP, "Intel Xeon") == ""

@@ -156,22 +156,6 @@ def hardware_note(p: str | None = None) -> str:
     return "" if p == "f32" else f"{PRECISION_NOTE}{p}"
 
 
-def part_config(ep: str) -> dict[str, str]:
-    """The config entries that hold a part on ``ep`` to :func:`precision` under `run`
-    (nothing in float32, or for a provider other than OpenVINO's): OpenVINO's own property,
-    or the plugin EP's ``load_config`` (``plugins.as_config``)."""
-    p = precision()
-    if p == "f32":
-        return {}
-    if ep == RUNTIME:
-        return {"INFERENCE_PRECISION_HINT": p}
-    if ep == PLUGIN_EP:
-        from . import plugins
-
-        return plugins.as_config(ep, plugins.precision_config(ep))
-    return {}
-
-
 def properties(threads: int | None, replicas: int, config: Mapping[str, Any] | None = None
                ) -> dict[str, str]:
     """How onnxsplit compiles a part: ``threads`` per stream (0 or None: OpenVINO's own

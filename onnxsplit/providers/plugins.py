@@ -217,3 +217,19 @@ def precision_config(ep: str, kind: str = "cpu", load_config: str | None = None)
     config = json.loads(load_config) if load_config else {}
     config.setdefault(kind.upper(), {}).setdefault("INFERENCE_PRECISION_HINT", openvino.precision())
     return {"load_config": json.dumps(config)}
+
+
+def part_config(ep: str) -> dict[str, str]:
+    """The config entries that hold a part on ``ep`` to what onnxsplit's OpenVINO parts
+    compute in under `run` (nothing in float32, or for a provider other than OpenVINO's):
+    OpenVINO's own property for its runtime, the plugin EP's ``load_config`` for the EP."""
+    from . import openvino
+
+    p = openvino.precision()
+    if p == "f32":
+        return {}
+    if ep == openvino.RUNTIME:
+        return {"INFERENCE_PRECISION_HINT": p}
+    if ep == openvino.PLUGIN_EP:
+        return as_config(ep, precision_config(ep))
+    return {}
