@@ -13,6 +13,12 @@ from typing import Iterator
 QUIET_S = 1.0  # a step shorter than this draws nothing (no flicker)
 
 
+def say(quiet: bool, text: str) -> None:
+    """One line of what a command is doing, on stderr (nothing where ``quiet``)."""
+    if not quiet:
+        print(text, file=sys.stderr, flush=True)
+
+
 def shown(quiet: bool = False) -> bool:
     """Whether progress is drawn: not ``quiet``, and stderr is a terminal."""
     if quiet:

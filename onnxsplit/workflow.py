@@ -16,8 +16,6 @@ Nothing is written before every input has been checked; the parts folder appears
 from __future__ import annotations
 
 import json
-import re
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,22 +23,22 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from . import calibrate, machine, parts_report, progress, ranges
+from . import calibrate, calibrations, machine, parts_report, progress, ranges
+from .pins import apply_pins, parse_pins, pinned_where
 from .providers import openvino
 from . import export as ex
-from .build import build_workload, choose_accelerators, output_bytes, pick_entries, providers_needed
+from .build import build_workload, choose_accelerators, output_bytes, providers_needed
 from .cluster import Cluster
 from .errors import ClusterError, OnnxsplitError, SolveError, SplitError
 from .export import check_out, session_ready
 from .graph import OpGraph
 from .plan import Plan, gap_of, read_json
-from .profile import ProfileFile, available_providers, ensure_profiled
-from .profile.devices import CPU_EP, describe, shares_cpu
-from .profile.measure import input_feeds
+from .profile import ensure_profiled
+from .profile.devices import CPU_EP, shares_cpu
 from .running.manifest import inputs_at
 from .running.runner import RunError, random_feeds, run_parts
 from .shapes import bytes_text
-from .solve import evaluate, isolated, methods
+from .solve import evaluate, methods
 from .solve.throughput import dp
 
 AUTO_IDEAL_LIMIT = 50_000  # above this many ideals the exact DP gives way to the linearized one
@@ -95,9 +93,7 @@ class Prepared:
         return {**self.shared, **(self.as_run.get("whole_only") or {})}
 
 
-def _say(quiet: bool, text: str) -> None:
-    if not quiet:
-        print(text, file=sys.stderr, flush=True)
+_say = progress.say
 
 
 def prepare(model: str | Path, *, devices: str | Path | None = None, input_shapes=None,
@@ -143,7 +139,7 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     if not as_run:
         return Prepared(graph, cluster, acc, workload, seconds)
     t = time.perf_counter()
-    as_run, unopt, refused = _calibrated(graph, known, cache, cluster, acc, workload, quiet, recalibrate)
+    as_run, unopt, refused = calibrations.calibrated(graph, known, cache, cluster, acc, workload, quiet, recalibrate)
     if refused:  # (a provider that failed on the whole model: the workload without it)
         known = replace(known, entries=tuple(refused.get(id(e), e) for e in known.entries))
         workload = build_workload(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
@@ -168,137 +164,6 @@ def _peak_activations(model, graph, given, largest, input_fills) -> dict[str, in
                                           input_fills=input_fills))
 
 
-def _calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again: bool = False):
-    """The calibration of each device kind (``calibrate``), measured here where the profile
-    entry has none (or ``again``: the machine moved since; or a stale one,
-    :func:`calibrate.stale`) and the EP is present, and stored with the entry.  A provider
-    beside the CPU EP on its cores that fails on the whole model (OpenVINO compiling a
-    decoder's dynamic shapes) is refused as profiling refuses one: a note, its entry
-    marked ``refused`` (returned by the id of the entry it replaces), the plan without it."""
-    cpu_entry, acc_entry = pick_entries(known, cluster.cpu, acc)
-    present = available_providers()
-    out: dict[str, Any] = {}
-    unopt: dict[str, float | None] = {}
-    store = None
-    feeds = None
-    model_bytes = float(workload.size.sum())
-    kinds = [("cpu", cpu_entry), ("acc", acc_entry)]
-    kinds += [(ep, known.entry(ep, hardware=describe(ep))) for ep in cluster.cpu.shared_by]
-    fresh = set()  # the kinds calibrated now
-    refused: dict[int, Any] = {}
-    for kind, entry in kinds:
-        if entry is None or entry.settings.get("refused"):
-            continue  # (a provider that refused the model: planned without)
-        unopt[kind] = entry.whole_model_ms.get("median")
-        record = dict(entry.as_run)
-        if entry.execution_provider in present and (again or calibrate.stale(record)):
-            record = {}
-        if not record and entry.execution_provider in present:
-            feeds = feeds if feeds is not None else input_feeds(graph)
-            try:
-                record = _calibrate_whole(graph, entry.execution_provider, feeds, quiet, model_bytes)
-            except OnnxsplitError as e:
-                if kind in ("cpu", "acc"):
-                    raise
-                why = _refusal(entry.execution_provider, e)
-                refused[id(entry)] = replace(entry, settings={**entry.settings, "refused": why})
-                store = store or ProfileFile.load(cache)
-                store.put(refused[id(entry)])
-                continue
-            store = store or ProfileFile.load(cache)
-            store.put(replace(entry, as_run=record))
-            fresh.add(kind)
-        elif kind == "cpu" and record and not machine.CallCosts.of(record).measured \
-                and entry.execution_provider in present:
-            # a calibration from before the runner's own costs were measured: add them
-            with isolated.Child() as child:
-                record["runner"] = child.call("onnxsplit.calibrate:runner_costs")
-            store = store or ProfileFile.load(cache)
-            store.put(replace(entry, as_run=record))
-        if record:
-            out[kind] = record
-    whole_only, measured = _whole_only(graph, cpu_entry, out, present, cluster, quiet, model_bytes)
-    if measured:  # (kept with the CPU's calibration)
-        fresh |= set(measured)
-        store = store or ProfileFile.load(cache)
-        store.put(replace(cpu_entry, as_run=out["cpu"]))
-    if whole_only:
-        out["whole_only"] = whole_only
-    on_cores = [ep for ep in cluster.cpu.shared_by if ep in out and ep in present] + list(whole_only)
-    if out.get("cpu") and on_cores and fresh & {"cpu", *on_cores}:
-        # each provider's best measured again beside the others': the choice between
-        # them then rests on one stretch of the machine's time (calibrate.side_by_side)
-        records = {CPU_EP: out["cpu"], **{ep: out.get(ep) or whole_only[ep] for ep in on_cores}}
-        runs = calibrate.finalists(records)  # (none where one provider is far ahead)
-        if runs:
-            _say(quiet, f"measuring {', '.join(sorted({p for p, _ in runs.values()}))} side by side")
-            feeds = feeds if feeds is not None else input_feeds(graph)
-            with isolated.Child() as child, progress.ticking("measuring side by side", quiet):
-                got = child.call("onnxsplit.calibrate:side_by_side", str(graph.path), feeds,
-                                 runs, model_bytes=model_bytes)
-            calibrate.take_side_by_side(records, got)
-        store = store or ProfileFile.load(cache)
-        for kind, entry in kinds:
-            if entry is not None and kind in ("cpu", *on_cores):
-                store.put(replace(entry, as_run=out[kind]))  # (the CPU's holds the whole-only ones)
-    if store is not None:
-        try:
-            store.save()
-        except OSError:
-            pass  # a read-only cache: the calibration is used, just not kept
-    return out, unopt, refused
-
-
-def _whole_only(graph, cpu_entry, out, present, cluster, quiet: bool, model_bytes: float
-                ) -> tuple[dict[str, Any], list[str]]:
-    """The calibration of each provider weighed for the whole model only
-    (``devices.whole_on_cores``), by provider: kept in the CPU entry's calibration under
-    ``whole_only`` (by provider and the precision it computed in), measured here where that
-    has none (returned second: those measured now, which ``out["cpu"]`` now holds).  One
-    that fails on the model is a note and ``{"refused": why}``, kept, so that it is not
-    tried again."""
-    from .profile.devices import precision_note, whole_on_cores
-
-    if cpu_entry is None or not out.get("cpu") or not cluster.cpu.count:
-        return {}, []
-    kept = dict(out["cpu"].get("whole_only") or {})
-    got: dict[str, Any] = {}
-    measured = []
-    for ep in whole_on_cores():
-        if ep in cluster.cpu.shared_by or ep not in present:
-            continue
-        key = ep + precision_note(ep)
-        if not kept.get(key):
-            try:
-                kept[key] = _calibrate_whole(graph, ep, input_feeds(graph), quiet, model_bytes)
-            except OnnxsplitError as e:
-                kept[key] = {"refused": _refusal(ep, e)}
-            measured.append(ep)
-        if "refused" not in kept[key]:
-            got[ep] = kept[key]
-    if measured:
-        out["cpu"]["whole_only"] = kept
-    return got, measured
-
-
-def _calibrate_whole(graph, ep: str, feeds, quiet: bool, model_bytes: float) -> dict[str, Any]:
-    """The whole model calibrated on ``ep`` (``calibrate.calibrate``) in a fresh process, as
-    `run` measures, apart from what profiling left in this one (sessions, arenas, threads)."""
-    _say(quiet, f"calibrating the whole model on {ep} (as users run it)")
-    with isolated.Child() as child, progress.ticking(
-            f"calibrating on {ep.removesuffix('ExecutionProvider')}", quiet):
-        return child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds, ep,
-                          model_bytes=model_bytes)
-
-
-def _refusal(ep: str, error: Exception) -> str:
-    """Why ``ep`` is planned without, said even where progress is not (the user should know
-    what was left out)."""
-    why = f"{ep} failed on the whole model: {' '.join(str(error).split())[:300]}"
-    print(f"onnxsplit: note: {why}; planning without it", file=sys.stderr, flush=True)
-    return why
-
-
 def _check_total_memory(workload, cluster, accs) -> None:
     """Refuse a model the devices cannot hold even all together (sizes as the solver sees
     them: weights plus every output activation)."""
@@ -311,80 +176,6 @@ def _check_total_memory(workload, cluster, accs) -> None:
         raise ClusterError(f"the model needs {bytes_text(need)} (weights and activations) but all "
                            f"devices together hold {bytes_text(capacity)}: {bytes_text(need - capacity)} "
                            "short")
-
-
-# ---------------------------------------------------------------------------------- pins
-
-
-def parse_pins(specs: Iterable[str], workload, accelerator) -> list[tuple[str, re.Pattern, str]]:
-    """'REGEX=DEVICE' -> (spec, pattern, device class): DEVICE is ``cpu``, or the
-    accelerator's name or class (or ``acc``); with several accelerator classes, ``acc``
-    (any of them) or a class's name."""
-    out = []
-    acc_names = {"acc"} | ({accelerator.name, accelerator.cls} if accelerator is not None else set())
-    if workload.accelerator_classes:
-        acc_names = {"acc"} | {c.name for c in workload.accelerator_classes if c.count}
-    for spec in specs:
-        rx, sep, dev = spec.rpartition("=")
-        if not sep or not rx or not dev:
-            raise OnnxsplitError(f"--pin '{spec}': expected REGEX=DEVICE, e.g. 'Shape|Gather=cpu'")
-        try:
-            pattern = re.compile(rx)
-        except re.error as e:
-            raise OnnxsplitError(f"--pin '{spec}': bad regular expression: {e}") from None
-        if dev == "cpu":
-            kind = "cpu"
-        elif dev in acc_names:
-            kind = dev if workload.accelerator_classes else "acc"
-            if workload.accelerators_total == 0:
-                raise OnnxsplitError(f"--pin '{spec}': there is no accelerator to pin to")
-        else:
-            raise OnnxsplitError(f"--pin '{spec}': unknown device '{dev}' "
-                                 f"(choose from {', '.join(['cpu'] + sorted(acc_names))})")
-        out.append((spec, pattern, kind))
-    return out
-
-
-def apply_pins(workload, pins) -> tuple[Any, dict[int, str]]:
-    """The workload with pinned nodes forced: to the CPU by marking them unsupported on the
-    accelerator, to the accelerator by a CPU latency no plan can afford.  A node matches
-    when the pattern is found in its name or equals its op type.  Returns (workload,
-    node id -> pinned device class)."""
-    pinned: dict[int, str] = {}
-    for spec, pattern, kind in pins:
-        hits = [n for n in workload.nodes
-                if pattern.search(n.name or "") or pattern.fullmatch(n.extra.get("opType", ""))]
-        if not hits:
-            raise OnnxsplitError(f"--pin '{spec}' matches no operator (by name or op type)")
-        for n in hits:
-            pinned[n.id] = kind
-    if not pinned:
-        return workload, pinned
-    huge = 1e3 * (float(workload.cpu_latency.sum()) + float(workload.class_latency.sum()) + 1.0)
-    nodes = []
-    for n in workload.nodes:
-        kind = pinned.get(n.id)
-        if kind == "cpu":
-            n = replace(n, supported=False, latencies=())
-        elif kind is not None:
-            if kind != "acc":  # one class of several: the others cannot run it
-                n = replace(n, supported=n.supported and kind == "acc",
-                            latencies=tuple((c, t) for c, t in n.latencies if c == kind))
-            if not (n.supported or n.latencies):
-                raise OnnxsplitError(f"--pin: operator '{n.name}' is pinned to "
-                                     f"{'the accelerator' if kind == 'acc' else kind} but it cannot run it")
-            n = replace(n, cpu_latency=huge)
-        nodes.append(n)
-    return replace(workload, nodes=tuple(nodes)), pinned
-
-
-def pinned_where(workload, device: str, kind: str) -> bool:
-    """Is ``device`` one a node pinned to ``kind`` (cpu, acc or a class's name) may be on."""
-    index = workload.device_index[device]
-    if kind == "cpu":
-        return not workload.is_accelerator(index)
-    return workload.is_accelerator(index) and (
-        kind == "acc" or workload.class_names[workload.device_class[index]] == kind)
 
 
 # ------------------------------------------------------------------------------- solving

@@ -247,12 +247,12 @@ def test_bad_input_one_line_error_and_nothing_written(tmp_path, capsys, monkeypa
 
 def test_a_bad_pin_or_plan_file_is_refused_before_any_calibration(tmp_path, capsys, monkeypatch):
     """What the user wrote is checked before a minute of measuring the machine."""
-    from onnxsplit import workflow
+    from onnxsplit import calibrations
 
     def calibrated(*args, **kwargs):
         raise AssertionError("calibrated before refusing")
 
-    monkeypatch.setattr(workflow, "_calibrated", calibrated)
+    monkeypatch.setattr(calibrations, "calibrated", calibrated)
     model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
     assert main([str(model), "--out", str(tmp_path / "p"), "--pin", "Nothing=cpu", "--quiet"]) == 2
     assert "matches no operator" in capsys.readouterr().err
