@@ -175,6 +175,27 @@ def test_openvino_runs_a_model_as_onnxruntime_does(tmp_path, how):
             assert np.abs(out["h2"] - reference(model, s)["h2"]).max() <= 1e-4
 
 
+def test_openvinos_failure_in_a_run_is_said_without_its_source_locations():
+    """A run OpenVINO refuses (a decoder's ScatterUpdate past its cache, as on an 8-layer
+    genai decoder) says what failed, not the C++ files it passed through."""
+    message = ("Exception from src/inference/src/cpp/infer_request.cpp:224:\n"
+               "Exception from src/plugins/intel_cpu/src/graph.cpp:1628:\nNode ScatterUpdate_7 of type ScatterUpdate\n"
+               "Check 'idxValue < static_cast<int64_t>(srcDimAxis)' failed at src/plugins/intel_cpu/src/nodes/scatter_update.cpp:913:\n"
+               "ScatterUpdate node with name 'ScatterUpdate_7' have indices value that points to non-existing output tensor element\n")
+
+    class Request:
+        def infer(self, feeds):
+            raise RuntimeError(message)
+
+    import threading
+
+    compiled = SimpleNamespace(request=lambda feeds, copy: (Request(), threading.Lock()), outputs=[])
+    with pytest.raises(openvino.OpenVINOError) as got:
+        openvino.Session(compiled, 0).run(None, {"x": np.zeros(1)})
+    assert str(got.value) == ("Node ScatterUpdate_7 of type ScatterUpdate ScatterUpdate node with name 'ScatterUpdate_7' "
+                              "have indices value that points to non-existing output tensor element")
+
+
 @needs_openvino
 @pytest.mark.parametrize("hint", openvino.HINTS)
 def test_openvino_as_its_users_run_it_answers_every_sample_in_order(tmp_path, hint):

@@ -296,7 +296,10 @@ class Session:
         request, lock = self._c.request(feeds, self._copy)
         names = [o.name for o in self._c.outputs]
         with lock:  # (the request's inputs, its run and its outputs are one caller's at a time)
-            got = request.infer(dict(feeds))  # (outputs copied out: the request reuses its own)
+            try:
+                got = request.infer(dict(feeds))  # (outputs copied out: the request reuses its own)
+            except Exception as e:  # (its message, without the source locations it stacks)
+                raise OpenVINOError(_one_line(e)) from None
             values = list(got.values())
             if output_names is None:
                 return values
