@@ -416,3 +416,64 @@ def test_a_ray_part_holding_the_whole_decoder_generates_in_its_replica(split, tm
     decoder = gen.decoder_of(manifest["model"])
     made = actor.generate(decoder, PROMPT, 12, None, None)
     assert made.tokens == reference(model, PROMPT, 12)
+    assert not actor._in_place(decoder)  # (this decoder's attention concatenates: handed on)
+
+
+def test_a_ray_part_alone_lets_its_threads_spin_as_the_runner_does(split, tmp_path):
+    """A plan's only part in a Ray actor (a decoder kept whole, served by --engine ray): its
+    intra-op threads spin between runs, as in the threaded runner and onnxruntime's default
+    session (an 8-layer decoder's decoding ran 2.3x slower with them sleeping); a part beside
+    others keeps them from spinning on a core another part needs."""
+    from onnxsplit.running.ray_engine import PartActor
+
+    model, _ = split
+    g = OpGraph.from_onnx(model, PLANNED)
+    cpu = "CPUExecutionProvider"
+    out = export(g, {n.name: "cpu0" for n in g.nodes}, tmp_path / "one", providers={"cpu0": cpu},
+                 threads={"cpu0": 0}, plan={"objective": "latency"}, shape_range=RANGE).out
+    (spec,) = json.loads((out / "manifest.json").read_text())["parts"]
+    key = "session.intra_op.allow_spinning"
+    alone = PartActor(spec, str(out), None, [cpu], 0, True, alone=True).session
+    beside = PartActor(spec, str(out), None, [cpu], 0, True).session
+
+    def spinning(sess) -> str:
+        try:
+            return sess.get_session_options().get_session_config_entry(key)
+        except RuntimeError:  # (not set: onnxruntime's default, spinning)
+            return "default"
+
+    assert spinning(alone) == "default" and spinning(beside) == "0"
+
+
+def test_a_ray_replica_keeps_a_genai_decoders_caches_in_place(tmp_path, monkeypatch):
+    """serve --engine ray on onnxruntime-genai's builder's decoder in one part: the replica
+    generates with each cache one buffer bound as past and present (kv_cache.SharedCaches),
+    as `onnxsplit generate` does, and gives the tokens of the loop over the original model."""
+    from pathlib import Path
+
+    from onnxsplit.running import kv_cache
+    from onnxsplit.running.ray_engine import PartActor
+
+    model = Path(__file__).parent / "data" / "llama_tiny_genai" / "model.onnx"
+    planned, span = gen.decode_step(model, 64, prefill=8)
+    g = OpGraph.from_onnx(model, planned)
+    cpu = "CPUExecutionProvider"
+    out = export(g, {n.name: "cpu0" for n in g.nodes}, tmp_path / "one", providers={"cpu0": cpu},
+                 threads={"cpu0": 1}, plan={"objective": "latency"}, shape_range=span).out
+    manifest = json.loads((out / "manifest.json").read_text())
+    (spec,) = manifest["parts"]
+    made = []
+    real = kv_cache.SharedCaches
+
+    def counted(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(kv_cache, "SharedCaches", counted)
+    actor = PartActor(spec, str(out), None, [cpu], 1, True)
+    decoder = gen.decoder_of(manifest["model"])
+    prompt = [5, 17, 33, 99]
+    got = actor.generate(decoder, prompt, 10, None, None)
+    assert len(made) == 1 and actor._in_place(decoder)
+    want = gen.generate(gen.whole_model_run(model), decoder, prompt, 10)
+    assert got.tokens == want.tokens and len(got.tokens) == 10

@@ -284,7 +284,7 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
         part = serve.deployment(PartActor, name=p["name"], num_replicas=max(1, int(p.get("replicas") or 1)),
                                 ray_actor_options=opts, max_ongoing_requests=2)
         bound.append(part.bind(p, str(folder), shipped.get(p["file"]), providers, threads, level == "all",
-                               device_id, True))
+                               device_id, True, alone=len(specs) == 1))
     # the gateway itself holds what it takes and answers 503 beyond (Serve's own limits are
     # a backstop above its own: Serve's 503 is plain text)
     gateway = serve.deployment(Gateway, name="gateway", max_ongoing_requests=max_ongoing + max_queued + REFUSING,
