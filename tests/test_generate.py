@@ -399,6 +399,16 @@ def test_the_gateway_generates_what_the_model_does_and_refuses_in_one_line(split
     assert gen.serve_note({"inputs": [{"name": "x"}], "outputs": [{"name": "y"}]}) is None
 
 
+def _one_part(model, planned, span, folder, threads: int = 1):
+    """The decoder exported whole as one CPU part: (its folder's manifest, its part's spec)."""
+    g = OpGraph.from_onnx(model, planned)
+    cpu = "CPUExecutionProvider"
+    out = export(g, {n.name: "cpu0" for n in g.nodes}, folder, providers={"cpu0": cpu},
+                 threads={"cpu0": threads}, plan={"objective": "latency"}, shape_range=span).out
+    manifest = json.loads((out / "manifest.json").read_text())
+    return manifest, manifest["parts"][0]
+
+
 def test_a_ray_part_holding_the_whole_decoder_generates_in_its_replica(split, tmp_path):
     """serve --engine ray, a decoder in one part: the gateway hands the whole generation to
     the part's replica (ray_engine.PartActor.generate, here called as the replica would
@@ -406,13 +416,9 @@ def test_a_ray_part_holding_the_whole_decoder_generates_in_its_replica(split, tm
     from onnxsplit.running.ray_engine import PartActor
 
     model, _ = split
-    g = OpGraph.from_onnx(model, PLANNED)
     cpu = "CPUExecutionProvider"
-    out = export(g, {n.name: "cpu0" for n in g.nodes}, tmp_path / "one", providers={"cpu0": cpu},
-                 threads={"cpu0": 1}, plan={"objective": "latency"}, shape_range=RANGE).out
-    manifest = json.loads((out / "manifest.json").read_text())
-    (spec,) = manifest["parts"]
-    actor = PartActor(spec, str(out), None, [cpu], 1, True)
+    manifest, spec = _one_part(model, PLANNED, RANGE, tmp_path / "one")
+    actor = PartActor(spec, str(tmp_path / "one"), None, [cpu], 1, True)
     decoder = gen.decoder_of(manifest["model"])
     made = actor.generate(decoder, PROMPT, 12, None, None)
     assert made.tokens == reference(model, PROMPT, 12)
@@ -427,14 +433,11 @@ def test_a_ray_part_alone_lets_its_threads_spin_as_the_runner_does(split, tmp_pa
     from onnxsplit.running.ray_engine import PartActor
 
     model, _ = split
-    g = OpGraph.from_onnx(model, PLANNED)
-    cpu = "CPUExecutionProvider"
-    out = export(g, {n.name: "cpu0" for n in g.nodes}, tmp_path / "one", providers={"cpu0": cpu},
-                 threads={"cpu0": 0}, plan={"objective": "latency"}, shape_range=RANGE).out
-    (spec,) = json.loads((out / "manifest.json").read_text())["parts"]
+    cpu, out = "CPUExecutionProvider", str(tmp_path / "one")
+    _, spec = _one_part(model, PLANNED, RANGE, tmp_path / "one", threads=0)
     key = "session.intra_op.allow_spinning"
-    alone = PartActor(spec, str(out), None, [cpu], 0, True, alone=True).session
-    beside = PartActor(spec, str(out), None, [cpu], 0, True).session
+    alone = PartActor(spec, out, None, [cpu], 0, True, alone=True).session
+    beside = PartActor(spec, out, None, [cpu], 0, True).session
 
     def spinning(sess) -> str:
         try:
@@ -456,12 +459,8 @@ def test_a_ray_replica_keeps_a_genai_decoders_caches_in_place(tmp_path, monkeypa
 
     model = Path(__file__).parent / "data" / "llama_tiny_genai" / "model.onnx"
     planned, span = gen.decode_step(model, 64, prefill=8)
-    g = OpGraph.from_onnx(model, planned)
     cpu = "CPUExecutionProvider"
-    out = export(g, {n.name: "cpu0" for n in g.nodes}, tmp_path / "one", providers={"cpu0": cpu},
-                 threads={"cpu0": 1}, plan={"objective": "latency"}, shape_range=span).out
-    manifest = json.loads((out / "manifest.json").read_text())
-    (spec,) = manifest["parts"]
+    manifest, spec = _one_part(model, planned, span, tmp_path / "one")
     made = []
     real = kv_cache.SharedCaches
 
@@ -470,7 +469,7 @@ def test_a_ray_replica_keeps_a_genai_decoders_caches_in_place(tmp_path, monkeypa
         return made[-1]
 
     monkeypatch.setattr(kv_cache, "SharedCaches", counted)
-    actor = PartActor(spec, str(out), None, [cpu], 1, True)
+    actor = PartActor(spec, str(tmp_path / "one"), None, [cpu], 1, True)
     decoder = gen.decoder_of(manifest["model"])
     prompt = [5, 17, 33, 99]
     got = actor.generate(decoder, prompt, 10, None, None)
