@@ -83,12 +83,13 @@ class PartActor:
     def __init__(self, spec: Mapping[str, Any], folder: str, shipped, providers: list, threads: int | None,
                  optimize: bool, device_id: int | None = None, served: bool = False, alone: bool = False):
         """``alone``: the plan's only part, whose intra-op threads may spin on between runs
-        as the threaded runner's and onnxruntime's default session's do (an 8-layer decoder
-        decoded 1,480 tokens/s so against 637 with them sleeping); where parts share the
+        as the threaded runner's and onnxruntime's default session's do (a decoder's small
+        steps ran at less than half the speed with them sleeping); where parts share the
         cores, an idle one's threads must not spin on a core another needs."""
         from ..providers.sessions import SessionError, open_sessions
 
         self.spec = dict(spec)
+        self._shared: bool | None = None  # its caches share past and present (:meth:`_in_place`)
         self.made = None  # the folder this actor made for shipped files (removed by cleanup)
         if shipped is not None:  # the files came along (Ray resolved the ref): written out here
             files = shipped if isinstance(shipped, dict) else ray_module().get(shipped)
@@ -164,7 +165,7 @@ class PartActor:
     def _in_place(self, decoder) -> bool:
         """Whether this part's caches share past and present (``kv_cache.shared_caches``,
         read once: it opens the part's graph), on an onnxruntime session."""
-        if getattr(self, "_shared", None) is None:
+        if self._shared is None:
             from . import kv_cache
 
             self._shared = hasattr(self.session, "io_binding") and \
