@@ -17,7 +17,7 @@ from . import calibrate, machine, progress
 from .build import pick_entries
 from .errors import OnnxsplitError
 from .profile import ProfileFile, available_providers
-from .profile.devices import CPU_EP, describe
+from .profile.devices import CPU_EP, describe, precision_note, whole_on_cores
 from .profile.measure import input_feeds
 from .solve import isolated
 
@@ -111,8 +111,6 @@ def _whole_only(graph, cpu_entry, out, present, cluster, quiet: bool, model_byte
     has none (returned second: those measured now, which ``out["cpu"]`` now holds).  One
     that fails on the model is a note and ``{"refused": why}``, kept, so that it is not
     tried again."""
-    from .profile.devices import precision_note, whole_on_cores
-
     if cpu_entry is None or not out.get("cpu") or not cluster.cpu.count:
         return {}, []
     kept = dict(out["cpu"].get("whole_only") or {})

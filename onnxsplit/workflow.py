@@ -93,9 +93,6 @@ class Prepared:
         return {**self.shared, **(self.as_run.get("whole_only") or {})}
 
 
-_say = progress.say
-
-
 def prepare(model: str | Path, *, devices: str | Path | None = None, input_shapes=None,
             profile: str | Path | None = None, accelerator: str | None = None,
             quiet: bool = False, input_fills: Mapping[str, float] | None = None,
@@ -120,16 +117,16 @@ def prepare(model: str | Path, *, devices: str | Path | None = None, input_shape
     accs = choose_accelerators(cluster, accelerator)
     acc = accs[0] if accs else None
     t = time.perf_counter()
-    _say(silent, f"importing {model}")
+    progress.say(silent, f"importing {model}")
     graph = OpGraph.from_onnx(model, input_shapes, check_runtime=True, input_fills=input_fills)
     peaks = _peak_activations(model, graph, input_shapes, largest, input_fills)
     seconds["import"] = time.perf_counter() - t
     t = time.perf_counter()
     known, cache, measured = ensure_profiled(
         graph, providers_needed(cluster, accs), cache=profile, repeats=repeats, quiet=quiet,
-        on_measure=lambda eps: _say(silent, f"profiling {len(graph.nodes)} operators on {', '.join(eps)}"))
+        on_measure=lambda eps: progress.say(silent, f"profiling {len(graph.nodes)} operators on {', '.join(eps)}"))
     if not measured:
-        _say(silent, f"profile: cached in {cache}")
+        progress.say(silent, f"profile: cached in {cache}")
     seconds["profile"] = time.perf_counter() - t
     workload = build_workload(graph, known, cluster, accelerator=accelerator, shared_weights=shared_weights,
                               activations=activations, peak_activations=peaks)
@@ -705,7 +702,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
         predicted["accelerator_memory"] = float(prep.workload.accelerator_memory)
     plan.details["execution"] = execution
     t = time.perf_counter()
-    _say(quiet, f"exporting parts to {out}")
+    progress.say(quiet, f"exporting parts to {out}")
     plan_obj = plan_file_json(plan, graph)
     replicas = {d: execution.get("replicas", 1) for d in set(device_of.values())}
     session = None
@@ -724,7 +721,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
         if not verify:
             return
         t = time.perf_counter()
-        _say(quiet, "verifying the parts against the original model")
+        progress.say(quiet, "verifying the parts against the original model")
 
         try:
             with progress.ticking("verifying", quiet):
@@ -772,7 +769,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
     except _SplitDoesNotPay as e:
         rival = candidate.rival
         rival.plan.details["why"] += f"; {e}"
-        _say(quiet, "the split does not pay once its parts are timed: keeping the model whole")
+        progress.say(quiet, "the split does not pay once its parts are timed: keeping the model whole")
         return write_parts(prep, rival.plan, out, force=force, verify=verify, quiet=quiet,
                            feeds=feeds, pinned=pinned, candidate=rival, shape_range=shape_range)
     seconds["export"] = time.perf_counter() - t - seconds.get("verify", 0.0)
@@ -1032,7 +1029,7 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
                        largest=ranges.corners(shape_range)[1] if shape_range else None)
         pinned_workload, pinned = applied[0]
         t = time.perf_counter()
-        _say(quiet, f"solving for {objective} ({prep.workload.n} operators, {prep.workload.device_summary()})")
+        progress.say(quiet, f"solving for {objective} ({prep.workload.n} operators, {prep.workload.device_summary()})")
         with progress.solving(quiet):
             cand = choose(prep, pinned_workload, objective, method, time_limit, pinned=bool(pinned))
         prep.seconds["solve"] = time.perf_counter() - t

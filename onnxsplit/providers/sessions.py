@@ -24,6 +24,24 @@ from ..errors import OnnxsplitError
 from ..profile.devices import CPU_EP
 
 
+NO_SPIN = "session.intra_op.allow_spinning"  # "0": intra-op threads sleep between runs
+
+
+def part_session_config(config: Mapping[str, Any] | None, meant: str, runs_on: str, threads: int | None,
+                        beside_others: bool) -> dict[str, str]:
+    """A part's session config (its manifest entry's) as it opens on ``runs_on``: without
+    OpenVINO's properties where a part ``meant`` for OpenVINO falls back to a provider that
+    does not know them, and with the intra-op threads kept from spinning where the part
+    shares the cores ``beside_others`` (an idle part's threads must not spin on a core
+    another needs; one thread has no pool, OpenVINO's runtime no such option)."""
+    out = {k: str(v) for k, v in (config or {}).items()}
+    if runs_on != meant == openvino.RUNTIME:
+        out = {}
+    if beside_others and threads != 1 and runs_on != openvino.RUNTIME:
+        out = {NO_SPIN: "0", **out}
+    return out
+
+
 class SessionError(OnnxsplitError):
     """A provider refused a part (one line, naming the provider)."""
 

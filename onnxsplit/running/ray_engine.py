@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from .. import interrupt
-from ..providers import openvino
 from ..profile.devices import CPU_EP, shares_cpu
 from .runner import RunError, read_manifest, session_spec
 
@@ -86,7 +85,7 @@ class PartActor:
         as the threaded runner's and onnxruntime's default session's do (a decoder's small
         steps ran at less than half the speed with them sleeping); where parts share the
         cores, an idle one's threads must not spin on a core another needs."""
-        from ..providers.sessions import SessionError, open_sessions
+        from ..providers.sessions import SessionError, open_sessions, part_session_config
 
         self.spec = dict(spec)
         self._shared: bool | None = None  # its caches share past and present (:meth:`_in_place`)
@@ -98,12 +97,8 @@ class PartActor:
                 Path(folder, name).write_bytes(data)
         self.folder = folder
         path = Path(folder) / spec["file"]
-        config = {k: str(v) for k, v in (spec.get("config") or {}).items()}
-        if providers[0] != openvino.RUNTIME:
-            if not alone:
-                config = {"session.intra_op.allow_spinning": "0", **config}
-        elif providers[0] != spec["execution_provider"]:
-            config = {}
+        config = part_session_config(spec.get("config"), spec["execution_provider"], providers[0], threads,
+                                     not alone)
         shapes = {t["name"]: t["shape"] for t in spec.get("inputs") or []
                   if isinstance(t.get("shape"), list)} or None
         try:

@@ -166,7 +166,7 @@ class Parts:
 
     def _load(self, specs, optimize: bool, cpu_threads: int | None, fallback_cpu: bool,
               served: bool = False) -> None:
-        from ..providers.sessions import SessionError, open_sessions
+        from ..providers.sessions import NO_SPIN, SessionError, open_sessions, part_session_config
 
         self.parts = list(specs)
         self.devices = list(dict.fromkeys(p["device"] for p in self.parts))
@@ -184,14 +184,9 @@ class Parts:
             providers = [CPU_EP] if p["name"] in absent else _providers(eps[0], fallback_cpu)
             if len(eps) > 1 and providers[0] == eps[0]:
                 providers = list(dict.fromkeys(list(eps) + [CPU_EP]))
-            config = {k: str(v) for k, v in (p.get("config") or {}).items()}
-            if providers[0] != eps[0] == openvino.RUNTIME:
-                config = {}  # (OpenVINO's properties: the CPU EP's session does not know them)
-            if threads != 1 and len(specs) > 1 and providers[0] != openvino.RUNTIME:
-                # a pipeline's sessions share the cores: an idle stage's intra-op threads
-                # must not spin on a core another stage needs
-                config = {"session.intra_op.allow_spinning": "0", **config}
-            self.spins |= threads != 1 and config.get("session.intra_op.allow_spinning") != "0"
+            # (a pipeline's sessions share the cores)
+            config = part_session_config(p.get("config"), eps[0], providers[0], threads, len(specs) > 1)
+            self.spins |= threads != 1 and config.get(NO_SPIN) != "0"
             addressed = p.get("device_id") if providers[0] == eps[0] != CPU_EP else None
             shapes = {t["name"]: t["shape"] for t in p.get("inputs") or []
                       if isinstance(t.get("shape"), list)} or None

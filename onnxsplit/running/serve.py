@@ -22,9 +22,10 @@ with the requests each execution carried.
 Parts that make a decoder with past also answer generation requests, as Triton's generate
 extension has them (``POST /v2/models/NAME/generate``: token ids in, the greedy
 continuation's token ids out): a decoder in one part generates in its replica, whose
-caches stay there (in place, one buffer each, where the part allows: :mod:`.kv_cache`); across parts the gateway runs :mod:`onnxsplit.running.generate`'s loop,
-a forward pass of the parts a token, each step's caches handed back to the parts (through
-Ray's object store: they do not stay on their part's device, as ``onnxsplit generate``'s do).
+caches stay there (in place, one buffer each, where the part allows: :mod:`.kv_cache`);
+across parts the gateway runs :mod:`onnxsplit.running.generate`'s loop, a forward pass of
+the parts a token, each step's caches handed back to the parts (through Ray's object
+store: they do not stay on their part's device, as ``onnxsplit generate``'s do).
 
 Write-up: docs/machine.md (Running on Ray and serving).
 """
