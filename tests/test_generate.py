@@ -401,12 +401,113 @@ def test_the_gateway_generates_what_the_model_does_and_refuses_in_one_line(split
 
 def _one_part(model, planned, span, folder, threads: int = 1):
     """The decoder exported whole as one CPU part: (its folder's manifest, its part's spec)."""
+    manifest = _exported(model, planned, span, folder, threads=threads)
+    return manifest, manifest["parts"][0]
+
+
+def _exported(model, planned, span, folder, threads: int = 1, second=lambda name: False) -> dict:
+    """The decoder exported on the CPU, the nodes ``second`` names in a second part: its
+    folder's manifest."""
     g = OpGraph.from_onnx(model, planned)
     cpu = "CPUExecutionProvider"
-    out = export(g, {n.name: "cpu0" for n in g.nodes}, folder, providers={"cpu0": cpu},
-                 threads={"cpu0": threads}, plan={"objective": "latency"}, shape_range=span).out
-    manifest = json.loads((out / "manifest.json").read_text())
-    return manifest, manifest["parts"][0]
+    place = {n.name: "cpu1" if second(n.name) else "cpu0" for n in g.nodes}
+    out = export(g, place, folder, providers={"cpu0": cpu, "cpu1": cpu}, threads={"cpu0": threads, "cpu1": threads},
+                 plan={"objective": "latency"}, shape_range=span).out
+    return json.loads((out / "manifest.json").read_text())
+
+
+class _Handle:
+    """A :class:`PartActor` called as serve's gateway calls a part's deployment handle:
+    ``handle.method.remote(*args)`` gives an awaitable, the awaitables among its arguments
+    resolved first, as Serve resolves the responses passed to a call (a call without them
+    runs at once, as Serve dispatches it)."""
+
+    def __init__(self, actor, calls: list):
+        self.actor, self.calls = actor, calls
+
+    def __getattr__(self, name: str):
+        import asyncio
+
+        method, calls = getattr(self.actor, name), self.calls
+
+        class Method:
+            @staticmethod
+            def remote(*args):
+                calls.append((name, args))
+                if not any(isinstance(a, asyncio.Future) for a in args):
+                    done = asyncio.get_running_loop().create_future()
+                    try:
+                        done.set_result(method(*args))
+                    except Exception as e:
+                        done.set_exception(e)
+                    return done
+
+                async def call():
+                    return method(*[await a if isinstance(a, asyncio.Future) else a for a in args])
+                return asyncio.ensure_future(call())
+        return Method()
+
+
+@pytest.mark.parametrize("layout", ["concatenating", "genai"])
+def test_ray_parts_keep_a_generations_caches_between_its_steps(split, tmp_path, layout):
+    """serve --engine ray, a decoder across two parts: each part's replica keeps its caches
+    between a generation's calls (kv_cache.KeptCaches: in place for onnxruntime-genai's
+    layout, handed from call to call inside the replica for one that concatenates), so a
+    step after the first sends no cache; two generations at once keep theirs apart and give
+    the reference's tokens; each part lets them go at the end; a replica that lost them
+    (restarted) answers a 500 with one line, not a wrong token."""
+    import asyncio
+    from pathlib import Path
+
+    from test_batching import http, within
+
+    from onnxsplit.running.ray_engine import PartActor
+    from onnxsplit.running.serve import Gateway
+
+    cpu = "CPUExecutionProvider"
+    if layout == "genai":
+        model = Path(__file__).parent / "data" / "llama_tiny_genai" / "model.onnx"
+        planned, span = gen.decode_step(model, 64, prefill=8)
+        manifest = _exported(model, planned, span, tmp_path / "two",
+                             second=lambda name: name.startswith(("/model/layers.1/", "/model/layers.2/", "/lm_head")))
+        folder = tmp_path / "two"
+    else:
+        model, folder = split
+        manifest = json.loads((folder / "manifest.json").read_text())
+    assert len(manifest["parts"]) == 2
+    actors = [PartActor(p, str(folder), None, [cpu], 1, True) for p in manifest["parts"]]
+    calls: list = []
+    g = Gateway("decoder", manifest, [[], [0]], [0, 1], *[_Handle(a, calls) for a in actors])
+    assert g.kept_why is None
+    decoder = gen.decoder_of(manifest["model"])
+    prompts = [[5, 17, 33, 2], [9, 4]]
+    asks = [json.dumps({"input_ids": p, "max_tokens": n}).encode() for p, n in zip(prompts, (12, 7))]
+
+    async def both():
+        return await asyncio.gather(*(g(http("POST", "/v2/models/decoder/generate", a)) for a in asks))
+
+    answers = within(both())
+    for a, prompt, n in zip(answers, prompts, (12, 7)):
+        assert a.status_code == 200, a.body
+        assert json.loads(a.body)["output_ids"] == gen.generate(gen.whole_model_run(model), decoder, prompt, n).tokens
+    steps = [args for name, args in calls if name == "step"]
+    assert len(steps) == 2 * (12 + 7)  # (both parts, one call a token; each prompt in one call)
+    later = [args[4] for args in steps if not args[1]]
+    assert later and not any(set(feeds) & set(decoder.caches) for feeds in later)
+    assert all(a._kept.open == {} for a in actors)
+    assert all(a._kept.shared == (layout == "genai") for a in actors if a._kept.caches)
+
+    real = actors[1]._kept.run
+
+    def restarted(generation, first, length, feeds):  # (its caches gone after the first call)
+        if not first:
+            actors[1]._kept.end(generation)
+        return real(generation, first, length, feeds)
+
+    actors[1]._kept.run = restarted
+    lost = within(g(http("POST", "/v2/models/decoder/generate", asks[0])))
+    error = json.loads(lost.body)["error"]
+    assert lost.status_code == 500 and "holds no caches for this generation" in error and "\n" not in error
 
 
 def test_a_ray_part_holding_the_whole_decoder_generates_in_its_replica(split, tmp_path):

@@ -2,7 +2,7 @@
 """Served generation beside ``onnxsplit generate`` and the peers it prints, on the same prompt.
 
     python tools/bench_serve_generate.py PARTS [--prompt-tokens 128] [--new-tokens 64] [--requests 6] \\
-        [--engines local,ray]
+        [--engines local,ray] [--fallback-cpu]
 
 First ``onnxsplit generate PARTS`` (the parts, onnxruntime's default session and
 onnxruntime-genai on the original model, medians of 3: its own table, printed as it is);
@@ -38,14 +38,17 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--requests", type=int, default=6)
     ap.add_argument("--engines", default="local,ray")
+    ap.add_argument("--fallback-cpu", action="store_true",
+                    help="run a part whose provider this machine lacks on the CPU (generate and serve)")
     args = ap.parse_args()
     import numpy as np
 
     prompt = [int(x) for x in np.random.default_rng(1).integers(3, 1000, args.prompt_tokens)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "onnxsplit"]
+    fallback = ["--fallback-cpu"] if args.fallback_cpu else []
     got = subprocess.run([*cmd, "generate", str(args.parts), "--prompt", ",".join(map(str, prompt)),
-                          "--max-new-tokens", str(args.new_tokens)], env=env, capture_output=True, text=True)
+                          "--max-new-tokens", str(args.new_tokens), *fallback], env=env, capture_output=True, text=True)
     print(got.stdout.rstrip())
     if got.returncode != 0:
         print(got.stderr.strip()[-500:], file=sys.stderr)
@@ -56,7 +59,7 @@ def main() -> int:
     rows, bad = [], 0
     with tempfile.TemporaryDirectory(prefix="bench-serve-gen-") as tmp:
         for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:
-            server = Server(args.parts, ["--engine", engine], Path(tmp))
+            server = Server(args.parts, ["--engine", engine, *fallback], Path(tmp))
             try:
                 rates, first, same = [], [], 0
                 for _ in range(args.requests):

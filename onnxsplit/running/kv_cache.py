@@ -23,6 +23,8 @@ from ..errors import RunError
 
 SHARED_OP = ("com.microsoft", "GroupQueryAttention")
 CUDA_EP = "CUDAExecutionProvider"
+# generations one part keeps caches for at once (the gateway works on far fewer: a leak's cap)
+KEPT_GENERATIONS = 64
 
 
 def shared_caches(parts, caches: Mapping[str, str]) -> str | None:
@@ -44,6 +46,22 @@ def shared_caches(parts, caches: Mapping[str, str]) -> str | None:
         other = [c for c in mine if c not in read]
         if other:
             return f"cache '{other[0]}' is not read by a GroupQueryAttention"
+    return None
+
+
+def kept_why(specs, caches: Mapping[str, str]) -> str | None:
+    """Why parts (the manifest's specs) cannot keep their caches between a generation's
+    calls in their own replicas (None where they can): each part one replica (a call of a
+    part with copies goes to any of them), and each cache read by the part that makes its
+    present."""
+    for p in specs:
+        if int(p.get("replicas") or 1) > 1:
+            return f"part {p['name']} runs as {p['replicas']} copies"
+        inputs = {t["name"] for t in p["inputs"]}
+        outputs = {t["name"] for t in p["outputs"]}
+        other = [c for c in caches if c in inputs and caches[c] not in outputs]
+        if other:
+            return f"cache '{other[0]}' is read by part {p['name']}, which does not make its present"
     return None
 
 
@@ -105,3 +123,54 @@ class SharedCaches:
             values.update(zip(outs, io.get_outputs()))
         return {o: (values[o].numpy() if o not in presents else values[o])
                 for o in self.parts.output_names}
+
+
+class KeptCaches:
+    """One part's caches for each generation in flight, kept in the part's process between
+    its calls (``serve --engine ray`` across several parts: a step sends each part what the
+    parts before it made, never a cache).  ``part``: the part as :class:`SharedCaches` reads
+    a loaded parts folder (one part); ``decoder``: :class:`..generate.Decoder`.  In place
+    (one buffer a cache) where the part allows, else each call's presents kept as the
+    session returned them."""
+
+    def __init__(self, part, decoder, most: int = KEPT_GENERATIONS):
+        inputs, outputs = part.io(0)
+        self.part, self.decoder, self.most = part, decoder, most
+        self.caches = {past: present for past, present in decoder.caches.items() if past in inputs}
+        missing = [past for past, present in self.caches.items() if present not in outputs]
+        if missing:
+            raise RunError(f"part {part.parts[0]['name']} reads cache '{missing[0]}' but does not make its present")
+        self.shared = hasattr(part.sessions[0][0], "io_binding") and shared_caches(part, self.caches) is None
+        self.open: dict[str, Any] = {}  # generation -> its SharedCaches, or its presents by past (oldest first)
+
+    def run(self, generation: str, first: bool, length: int, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """The part's outputs but its presents for one call of ``generation`` (``first``:
+        its first call, whose feeds hold the empty past; ``length``: its most positions)."""
+        name = self.part.parts[0]["name"]
+        if first:
+            if len(self.open) >= self.most:  # (a gateway that never ended them): the oldest goes
+                self.open.pop(next(iter(self.open)))
+            self.open[generation] = SharedCaches(
+                self.part, self.caches, self.decoder.specs, {c: self.decoder.seq_axis(c) for c in self.caches},
+                length) if self.shared else {past: feeds[past] for past in self.caches}
+        state = self.open.get(generation)
+        if state is None:
+            raise RunError(f"part {name} holds no caches for this generation (its replica restarted, or "
+                           f"more than {self.most} generations ran at once)")
+        self.open[generation] = self.open.pop(generation)  # (now the newest)
+        presents = set(self.caches.values())
+        if self.shared:
+            got = state.run(feeds)
+        else:
+            inputs, outputs = self.part.io(0)
+            given = {**feeds, **state}
+            try:
+                got = dict(zip(outputs, self.part.sessions[0][0].run(outputs, {t: given[t] for t in inputs})))
+            except Exception as e:
+                raise RunError(f"part {name} failed: {' '.join(str(e).split())[:300]}") from None
+            state.update({past: got[present] for past, present in self.caches.items()})
+        return {o: v for o, v in got.items() if o not in presents}
+
+    def end(self, generation: str) -> None:
+        """The generation's caches let go (it finished, failed or was given up)."""
+        self.open.pop(generation, None)

@@ -89,6 +89,8 @@ class PartActor:
 
         self.spec = dict(spec)
         self._shared: bool | None = None  # its caches share past and present (:meth:`_in_place`)
+        self._one: _OnePart | None = None  # this part as kv_cache reads a parts folder (:meth:`_view`)
+        self._kept = None  # generations' caches kept across calls (:meth:`step`)
         self.made = None  # the folder this actor made for shipped files (removed by cleanup)
         if shipped is not None:  # the files came along (Ray resolved the ref): written out here
             files = shipped if isinstance(shipped, dict) else ray_module().get(shipped)
@@ -149,13 +151,41 @@ class PartActor:
         from .generate import generate
 
         if self._in_place(decoder):
-            step = kv_cache.SharedCaches(_OnePart(self), decoder.caches, decoder.specs,
+            step = kv_cache.SharedCaches(self._view(), decoder.caches, decoder.specs,
                                          {c: decoder.seq_axis(c) for c in decoder.caches},
                                          len(prompt) + max_tokens).run
         else:
             def step(feeds):
                 return self.run(0, feeds)
         return generate(step, decoder, prompt, max_tokens, eos, chunk=chunk)
+
+    def step(self, generation: str, first: bool, length: int, decoder, feeds: Mapping[str, Any],
+             *values: Mapping[str, Any]) -> dict[str, Any]:
+        """One call of a generation across several parts whose caches this part keeps
+        between calls (:class:`.kv_cache.KeptCaches`): its inputs from the feeds and its
+        producers' outputs (``values``), its past from its own; what it makes but its
+        presents.  ``decoder`` comes with the first call of the first generation."""
+        from . import kv_cache
+
+        if self._kept is None:
+            if decoder is None:
+                raise RunError(f"part {self.spec['name']} holds no caches for this generation "
+                               "(its replica restarted)")
+            self._kept = kv_cache.KeptCaches(self._view(), decoder)
+        merged = dict(feeds)
+        for v in values:
+            merged.update(v)
+        return self._kept.run(generation, first, length, merged)
+
+    def end(self, generation: str) -> None:
+        """The generation's caches let go."""
+        if self._kept is not None:
+            self._kept.end(generation)
+
+    def _view(self) -> "_OnePart":
+        if self._one is None:
+            self._one = _OnePart(self)
+        return self._one
 
     def _in_place(self, decoder) -> bool:
         """Whether this part's caches share past and present (``kv_cache.shared_caches``,
@@ -164,7 +194,7 @@ class PartActor:
             from . import kv_cache
 
             self._shared = hasattr(self.session, "io_binding") and \
-                kv_cache.shared_caches(_OnePart(self), decoder.caches) is None
+                kv_cache.shared_caches(self._view(), decoder.caches) is None
         return self._shared
 
 

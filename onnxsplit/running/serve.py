@@ -24,8 +24,10 @@ extension has them (``POST /v2/models/NAME/generate``: token ids in, the greedy
 continuation's token ids out): a decoder in one part generates in its replica, whose
 caches stay there (in place, one buffer each, where the part allows: :mod:`.kv_cache`);
 across parts the gateway runs :mod:`onnxsplit.running.generate`'s loop, a forward pass of
-the parts a token, each step's caches handed back to the parts (through Ray's object
-store: they do not stay on their part's device, as ``onnxsplit generate``'s do).
+the parts a token, each part keeping its caches between a generation's calls in its replica
+(:class:`.kv_cache.KeptCaches`, in place where the part allows); where a part runs as
+several copies (a call may reach any of them) the caches are handed back to the parts each
+step, through Ray's object store.
 
 Write-up: docs/machine.md (Running on Ray and serving).
 """
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import interrupt, ranges
+from . import kv_cache
 from .batching import Batcher, Options, Stats, Timeout, batch_dimension
 from .batching import options as batch_options
 from .generate import check_lengths, decoder_of, generate_async, serve_note
@@ -80,6 +83,9 @@ class Gateway:
         self.outputs = manifest["model"]["outputs"]
         self.shape_range = ranges.from_json(manifest["model"].get("shape_range"))
         self.decoder = decoder_of(manifest["model"])
+        # across several parts, whether each keeps its caches between a generation's calls
+        self.kept_why = "one part" if self.decoder is None or len(parts) < 2 else \
+            kv_cache.kept_why(manifest.get("parts") or [], self.decoder.caches)
         self.has_rows = batch_dimension(manifest["model"])[0] is not None
         self.timeout_s = timeout_s
         self.stats = Stats()
@@ -228,10 +234,43 @@ class Gateway:
 
     async def _generation(self, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
         """The greedy loop: in the part's own replica where the decoder is one part (its
-        caches stay there), else here, a forward pass of the parts a token (:meth:`_infer`)."""
+        caches stay there), else here, a forward pass of the parts a token: each part
+        keeping its caches between calls where it can (:meth:`_kept_loop`), else handed
+        back to it each step (:meth:`_infer`)."""
         if len(self.parts) == 1 and hasattr(self.parts[0], "generate"):
             return await self.parts[0].generate.remote(self.decoder, prompt, max_tokens, eos, chunk)
+        if self.kept_why is None:
+            return await self._kept_loop(prompt, max_tokens, eos, chunk)
         return await generate_async(self._infer, self.decoder, prompt, max_tokens, eos, chunk)
+
+    async def _kept_loop(self, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
+        """The loop across parts that keep their caches (``PartActor.step``): the first
+        call sends the empty past and the decoder, later ones only the ids, the mask and
+        what parts hand on; every part lets the generation's caches go at its end."""
+        import uuid
+
+        generation, length, calls = uuid.uuid4().hex, len(prompt) + max_tokens, 0
+        presents = dict.fromkeys(self.decoder.caches.values())  # (kept by the parts: not handed back)
+
+        async def run(feeds: dict) -> dict:
+            nonlocal calls
+            first, calls = calls == 0, calls + 1
+            sent = {k: v for k, v in feeds.items() if v is not None}
+            decoder = self.decoder if first else None
+            responses: list[Any] = []
+            for i, part in enumerate(self.parts):
+                responses.append(part.step.remote(generation, first, length, decoder, sent,
+                                                  *[responses[d] for d in self.deps[i]]))
+            merged: dict = {}
+            for i in self.final:
+                merged.update(await responses[i])
+            return {**{o["name"]: merged[o["name"]] for o in self.outputs if o["name"] in merged}, **presents}
+
+        try:
+            return await generate_async(run, self.decoder, prompt, max_tokens, eos, chunk)
+        finally:
+            for part in self.parts:
+                part.end.remote(generation)
 
     async def _infer(self, feeds: dict) -> dict:
         responses: list[Any] = []
