@@ -139,8 +139,15 @@ def _calibrate_whole(graph, ep: str, feeds, quiet: bool, model_bytes: float) -> 
     progress.say(quiet, f"calibrating the whole model on {ep} (as users run it)")
     with isolated.Child() as child, progress.ticking(
             f"calibrating on {ep.removesuffix('ExecutionProvider')}", quiet):
-        return child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds, ep,
-                          model_bytes=model_bytes)
+        record = child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds, ep,
+                            model_bytes=model_bytes)
+    noisy = record.get("noisy")
+    if noisy:  # (said even where progress is not: the predictions beside it rest on it)
+        print(f"onnxsplit: note: the machine was busy while calibrating on {ep}: configuration "
+              f"{noisy['config']}'s rounds still spread {100 * noisy['spread']:.0f}% after {noisy['tries']} "
+              "tries; the predictions beside it may be far off (`onnxsplit run` measures again; "
+              "--recalibrate when the machine is quiet)", file=sys.stderr, flush=True)
+    return record
 
 
 def _refusal(ep: str, error: Exception) -> str:

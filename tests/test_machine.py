@@ -937,3 +937,32 @@ def test_a_calibration_whose_rounds_spread_wide_is_measured_again(tmp_path, monk
         calls.clear()
         monkeypatch.setattr(cal, "SPREAD_AGAIN", bound)
         assert cal.calibrate(model, feeds, "CPUExecutionProvider", cores=1)["default"]["tries"] == tries
+
+
+def test_a_calibration_noisy_after_its_tries_is_measured_again_then_said(tmp_path, monkeypatch):
+    """Rounds of a configuration spread wider than SPREAD_AGAIN are measured again, up to
+    AGAIN more times, and the steadiest try is kept; where even that one spreads wider, the
+    calibration names the configuration, its spread and its tries (the split's note), and
+    says nothing where a try came steady."""
+    from onnxsplit.running import runner
+
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=1, width=16)
+    monkeypatch.setattr(cal, "scale", lambda: 1.0)
+    monkeypatch.setattr(cal, "WARM_S", 0.0)
+    spreads: list[list[float]] = []
+
+    def rounds(loaded, feeds, samples, **kw):
+        rates = spreads.pop(0)
+        return {k: {"latency_ms": 1.0, "by_round": {"throughput_per_s": rates}} for k in loaded}
+
+    monkeypatch.setattr(runner, "measure_rounds", rounds)
+    feeds = {"x": np.ones((1, 16), np.float32)}
+    spreads[:] = [[100.0, 180.0], [100.0, 150.0], [100.0, 166.0]]  # (80%, 50%, 66%: all noisy)
+    got = cal.measure_loaded({"default": Parts.whole(model, threads=1)}, feeds)
+    assert not spreads and got["default"]["tries"] == 1 + cal.AGAIN == 3
+    assert got["default"]["spread"] == pytest.approx(0.5)
+    assert cal.noisiest(got) == {"config": "default", "spread": 0.5, "tries": 3}
+    spreads[:] = [[100.0, 180.0], [100.0, 110.0], [100.0, 300.0]]  # (steady on the second try)
+    got = cal.measure_loaded({"default": Parts.whole(model, threads=1)}, feeds)
+    assert spreads == [[100.0, 300.0]] and got["default"]["tries"] == 2
+    assert cal.noisiest(got) is None
