@@ -230,10 +230,10 @@ def _parser() -> argparse.ArgumentParser:
     placed.add_argument("--recalibrate", action="store_true",
                         help="measure the whole model as users run onnxruntime again, though the "
                              "profile holds a calibration (when `run` shows the machine moved since)")
-    placed.add_argument("--precision", choices=("f32", "bf16"), default="f32",
-                        help="what parts on OpenVINO compute in: f32 (default), or bf16 as OpenVINO does "
-                             "by default on a CPU with bf16 units (faster; the check then allows what the "
-                             "whole model moves when OpenVINO runs it in bf16)")
+    placed.add_argument("--precision", choices=("auto", "f32", "bf16"), default="auto",
+                        help="what parts on OpenVINO compute in: auto (default) as OpenVINO does by "
+                             "default here (bf16 on a CPU with bf16 units, faster; the check then allows "
+                             "what the whole model moves when OpenVINO runs it in bf16), or f32, or bf16")
     placed.add_argument("--no-verify", action="store_true",
                         help="do not run the parts against the original model")
 
@@ -516,7 +516,11 @@ def _print_split(result: dict, as_json: bool) -> int:
         print(f"warning: the plan breaks: {v}")
     _print_per_shape(result)
     if result.get("precision"):
-        print(f"precision: OpenVINO's parts compute in {result['precision']} (--precision); the rest in float32")
+        on_openvino = _openvino_parts(result)
+        print(f"precision: {on_openvino} part(s) on OpenVINO compute in {result['precision']}, as OpenVINO does "
+              "by default on this CPU (--precision f32 holds them to float32); the rest in float32"
+              if on_openvino else f"precision: float32 (OpenVINO was weighed in {result['precision']}, its "
+              "default on this CPU, and no part runs on it)")
     else:
         _bf16_hint(result)
     if verify is not None:
@@ -564,6 +568,17 @@ def _shapes_text(shapes: dict, text=None) -> str:
         groups.setdefault((re.sub(r"\d+", "N", k), text(v)), []).append(k)
     return " ".join(f"{names[0]}={dims}" if len(names) == 1 else f"{pattern}={dims} ({len(names)} inputs)"
                     for (pattern, dims), names in groups.items())
+
+
+def _openvino_parts(result: dict) -> int:
+    """How many of the written parts run on OpenVINO (its runtime or its plugin EP)."""
+    from .providers import openvino
+
+    try:
+        parts = json.loads((Path(result["out"]) / "manifest.json").read_text()).get("parts") or []
+    except (OSError, ValueError, KeyError):
+        return 0
+    return sum(p.get("execution_provider") in (openvino.RUNTIME, openvino.PLUGIN_EP) for p in parts)
 
 
 def _bf16_hint(result: dict) -> None:

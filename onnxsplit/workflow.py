@@ -1005,13 +1005,13 @@ def split(model: str | Path, out: str | Path, *, devices: str | Path | None = No
           quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
           accelerator: str | None = None, feeds=None,
           input_fills: Mapping[str, float] | None = None, recalibrate: bool = False,
-          shape_range: Mapping[str, Any] | None = None, precision: str = "f32") -> dict[str, Any]:
+          shape_range: Mapping[str, Any] | None = None, precision: str = "auto") -> dict[str, Any]:
     """Place ``model`` on the devices and write the verified parts into ``out``
     (``recalibrate``: measure the whole model as users run it again, see :func:`prepare`).
     ``shape_range`` (:mod:`onnxsplit.ranges`): the parts are for every shape in it, planned
     at ``input_shapes``, checked and timed at its corners too.  ``precision``: what
-    OpenVINO's parts compute in (``bf16``: as OpenVINO does by default on a CPU with bf16
-    units; :func:`openvino.computing_in`)."""
+    OpenVINO's parts compute in (``auto``: as OpenVINO does by default here, bf16 on a CPU
+    with bf16 units; :func:`openvino.computing_in`)."""
     with openvino.computing_in(precision, quiet) as computed:
         if objective not in ("throughput", "latency"):
             raise OnnxsplitError(f"unknown objective '{objective}' (choose throughput or latency)")
@@ -1043,7 +1043,7 @@ def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
                 quiet: bool = False, verify: bool = True, profile: str | Path | None = None,
                 accelerator: str | None = None, feeds=None,
                 input_fills: Mapping[str, float] | None = None, recalibrate: bool = False,
-                shape_range: Mapping[str, Any] | None = None, precision: str = "f32") -> dict[str, Any]:
+                shape_range: Mapping[str, Any] | None = None, precision: str = "auto") -> dict[str, Any]:
     """Re-apply a (possibly edited) plan.json to ``model`` and write its verified parts
     (for every shape of ``shape_range``, and in ``precision``, as :func:`split`)."""
     with openvino.computing_in(precision, quiet) as computed:

@@ -295,10 +295,10 @@ def halves_plan(tmp_path, monkeypatch, capsys, second: str, **execution):
 @needs_openvino
 def test_a_plan_run_by_openvino_is_written_and_verifies(tmp_path, capsys, monkeypatch):
     """A plan file whose execution names OpenVINO's runtime: its parts run on it, as the
-    manifest says, and reproduce the model."""
+    manifest says, and reproduce the model (held to float32)."""
     model, plan = halves_plan(tmp_path, monkeypatch, capsys, "cpu1", provider=openvino.RUNTIME)
     assert main(["export", str(model), "--plan", str(tmp_path / "plan.json"),
-                 "--out", str(tmp_path / "b"), "--json"]) == 0
+                 "--out", str(tmp_path / "b"), "--json", "--precision", "f32"]) == 0
     result = json.loads(capsys.readouterr().out)
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert [p["execution_provider"] for p in manifest["parts"]] == [openvino.RUNTIME] * 2
@@ -314,15 +314,19 @@ def test_a_plan_run_by_openvino_is_written_and_verifies(tmp_path, capsys, monkey
 def test_parts_on_openvino_compute_in_bf16_where_the_user_allows_it(tmp_path, capsys, monkeypatch):
     """--precision bf16: OpenVINO's parts compute in bf16 where the CPU has bf16 units (the
     manifest says so in each part's config), their outputs move as the whole model's do
-    in OpenVINO's bf16, and the check holds them to that; the default stays float32.
-    Without bf16 units, a note and float32."""
+    in OpenVINO's bf16, and the check holds them to that; --precision f32 holds them to
+    float32, and the default (auto) is what OpenVINO computes in by default here.  Without
+    bf16 units, a note and float32."""
     model, plan = halves_plan(tmp_path, monkeypatch, capsys, "cpu1", provider=openvino.RUNTIME)
     export = ["export", str(model), "--plan", str(tmp_path / "plan.json"), "--json"]
-    assert main(export + ["--out", str(tmp_path / "f32")]) == 0
+    assert main(export + ["--out", str(tmp_path / "f32"), "--precision", "f32"]) == 0
     exact = json.loads(capsys.readouterr().out)
     assert main(export + ["--out", str(tmp_path / "bf16"), "--precision", "bf16"]) == 0
     got = json.loads(capsys.readouterr().out)
     manifest = json.loads((tmp_path / "bf16" / "manifest.json").read_text())
+    assert main(export + ["--out", str(tmp_path / "auto")]) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert auto.get("precision", "f32") == ("bf16" if openvino.bf16_units() else "f32")
     assert "precision" not in exact and openvino.PRECISION_ENV not in __import__("os").environ
     if not openvino.bf16_units():
         assert "precision" not in manifest and "precision" not in got
@@ -540,10 +544,10 @@ def test_provider_wins_add_up():
 def test_a_split_across_onnxruntime_and_openvino_runs_and_verifies(tmp_path, capsys, monkeypatch):
     """A plan file that gives one of the two cores to OpenVINO: the first half of the model
     on the CPU EP, the rest on OpenVINO's runtime, one thread each; its parts reproduce
-    the model, and re-applying the plan.json it wrote gives the same parts."""
+    the model (held to float32), and re-applying the plan.json it wrote gives the same parts."""
     model, plan = halves_plan(tmp_path, monkeypatch, capsys, "openvino0", shared={openvino.RUNTIME: 1})
     assert main(["export", str(model), "--plan", str(tmp_path / "plan.json"),
-                 "--out", str(tmp_path / "b"), "--json"]) == 0
+                 "--out", str(tmp_path / "b"), "--json", "--precision", "f32"]) == 0
     result = json.loads(capsys.readouterr().out)
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert [(p["device"], p["execution_provider"], p["threads"]) for p in manifest["parts"]] == \

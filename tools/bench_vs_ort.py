@@ -86,7 +86,7 @@ def _short(provider: str) -> str:
 
 
 def bench(model: str, shapes: str, objective: str, devices: str | None, samples: int,
-          time_limit: float, method: str = "auto", precision: str = "f32") -> dict:
+          time_limit: float, method: str = "auto", precision: str = "auto") -> dict:
     args = [model, "--method", method, "--precision", precision] + (["--input-shape", shapes] if shapes else [])
     if devices:
         args += ["--devices", devices]
@@ -278,8 +278,9 @@ def main(argv=None) -> int:
     ap.add_argument("--method", default="auto",
                     help="the main command's --method (auto: its defaults, which the issue judges; "
                          "another: that solver's split, to check its prediction)")
-    ap.add_argument("--precision", choices=("f32", "bf16"), default="f32",
-                    help="the main command's --precision: what onnxsplit's OpenVINO parts compute in")
+    ap.add_argument("--precision", choices=("auto", "f32", "bf16"), default="auto",
+                    help="the main command's --precision: what onnxsplit's OpenVINO parts compute in "
+                         "(auto: as OpenVINO does by default here)")
     ap.add_argument("--json", metavar="OUT.json", help="also write every result here")
     ap.add_argument("--show", metavar="RESULTS.json", action="append", default=[],
                     help="print the table and the verdict of results a run wrote with --json "

@@ -10,14 +10,13 @@ in a manifest, with the interface the runner uses of an onnxruntime session
   every core) and its ``replicas`` are streams of one compiled model (the weights held
   once), one infer request per stream, each run by one of the runner's worker threads
   (``infer`` releases the GIL);
-* inference runs in float32 (``INFERENCE_PRECISION_HINT``): on CPUs with bf16 units
-  OpenVINO would otherwise compute in bf16, which the check against the original
-  model cannot accept at float32's tolerance.  Where the user allows it (``--precision
-  bf16``, :func:`precision`: the environment variable PRECISION_ENV, so that the
-  calibration's child process computes as the parts will), OpenVINO computes in bf16 as
-  its users get by default there: the profiles are kept apart (:func:`hardware_note`),
-  the parts' manifest says so, and the check allows what the whole model moves when
-  OpenVINO runs it so (:func:`onnxsplit.running.verify.reduced_spread`);
+* inference runs in what ``--precision`` says (``INFERENCE_PRECISION_HINT``; :func:`precision`:
+  the environment variable PRECISION_ENV, so that the calibration's child process
+  computes as the parts will).  By default (``auto``) that is OpenVINO's own default,
+  as its users get it: bf16 on a CPU with bf16 units, else float32; ``--precision f32``
+  holds it to float32.  In bf16 the profiles are kept apart (:func:`hardware_note`), the
+  parts' manifest says so, and the check allows what the whole model moves when OpenVINO
+  runs it so (:func:`onnxsplit.running.verify.reduced_spread`);
 * a model with dynamic input dimensions is compiled for the shapes a part was exported
   with, or for the first shapes it is run on (static shapes compile to faster kernels).
 
@@ -50,6 +49,7 @@ _TYPES = {"f32": "tensor(float)", "f64": "tensor(double)", "f16": "tensor(float1
 COMPILED_SHAPES = 4  # shapes a session compiles for (the first seen); others run on the dynamic model
 PLUGIN_EP = "OpenVINOExecutionProvider"  # OpenVINO inside onnxruntime (onnxsplit.providers.plugins)
 PRECISIONS = ("f32", "bf16")  # what onnxsplit lets OpenVINO compute in (--precision)
+AUTO = "auto"  # --precision's default: what OpenVINO computes in by default here (:func:`default_precision`)
 PRECISION_ENV = "ONNXSPLIT_OPENVINO_PRECISION"
 
 
@@ -112,11 +112,18 @@ def bf16_units() -> bool:
         return False
 
 
+def default_precision() -> str:
+    """What OpenVINO computes in on this CPU unless told otherwise, as its users get it:
+    bf16 where the CPU has bf16 units and OpenVINO is installed, else float32."""
+    return "bf16" if available() and bf16_units() else "f32"
+
+
 @contextlib.contextmanager
 def computing_in(value: str | None, quiet: bool = False) -> Iterator[str]:
     """``--precision``: OpenVINO's parts, profiles and calibration compute in ``value``
     within the block (PRECISION_ENV, which child processes inherit); the value in force is
-    yielded.  bf16 needs OpenVINO installed (else OnnxsplitError); on a CPU without bf16
+    yielded.  ``auto`` (the default): OpenVINO's own default here (:func:`default_precision`).
+    bf16 asked for needs OpenVINO installed (else OnnxsplitError); on a CPU without bf16
     units it is float32, said in a note."""
     import os
     import sys
@@ -124,6 +131,8 @@ def computing_in(value: str | None, quiet: bool = False) -> Iterator[str]:
     from ..errors import OnnxsplitError
 
     value = value or "f32"
+    if value == AUTO:
+        value = default_precision()
     if value not in PRECISIONS:
         raise OnnxsplitError(f"unknown precision '{value}' (choose {' or '.join(PRECISIONS)})")
     if value != "f32" and not available():
