@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         _parser().print_help()
         return 2
     from . import limits
-    from .errors import OnnxsplitError
+    from .errors import CheckFailed, OnnxsplitError
     from .interrupt import run
 
     command = {"split": _split, "export": _export, "run": _run, "generate": _generate, "serve": _serve,
@@ -414,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
 
             plugins.add_libraries(spec)  # (child processes and Ray's actors load them too)
         return run(lambda: command(args))  # Ctrl-C ends it within 2 s (see interrupt.py)
+    except CheckFailed as e:  # (exit 1, as a failed check of `run`: the parts are wrong, not the input)
+        print(f"onnxsplit: error: {e}", file=sys.stderr)
+        return 1
     except OnnxsplitError as e:
         print(f"onnxsplit: error: {e}", file=sys.stderr)
         return 2
@@ -705,9 +708,11 @@ def _run(args) -> int:
                   file=sys.stderr)
     bad = not result["verify"]["ok"]
     if bad:  # also on stderr: a script sees why the exit status is 1
+        from .running.verify import why_not
+
         v = result["verify"]
         print(f"onnxsplit: check failed: the parts do not reproduce the model (max abs error "
-              f"{v['max_abs_error']:.2g} above {_tolerance_text(v)})", file=sys.stderr)
+              f"{v['max_abs_error']:.2g} above {_tolerance_text(v)}{why_not(v)})", file=sys.stderr)
     if args.json:
         print(json.dumps(result))
         return 1 if bad else 0
@@ -780,10 +785,11 @@ def _run(args) -> int:
 def _solve(args) -> int:
     from . import api
 
-    from .files import check_output, write_atomic
+    from .files import check_output, check_replaceable, json_with, write_atomic
 
     inputs = (args.workload, args.split)
     check_output(args.output, inputs)  # before the solve, not after it
+    check_replaceable(args.output, json_with("objective", "method", "assignment"), "plan")
     workload = api.load_workload(args.workload)
     args.method = args.method or ("dp" if args.objective == "throughput" else "ip")
     if args.split and args.method != "given":
@@ -857,9 +863,11 @@ def _print_plan(workload, plan) -> None:
 
 def _compare(args) -> int:
     from . import api
-    from .files import check_output
+    from .files import check_output, check_replaceable, html_with
+    from .report import GENERATOR
 
     check_output(args.html, (args.workload, args.profile, args.devices))
+    check_replaceable(args.html, html_with(GENERATOR), "compare report")
     whole = []  # the model kept whole as onnxruntime runs it: what the methods must beat
     if args.workload.endswith(".onnx"):
         from . import machine
@@ -1002,10 +1010,11 @@ def _workload(args) -> int:
     from . import api
 
     shapes = api.parse_input_shapes(args.input_shape)
-    from .files import check_output
+    from .files import check_output, check_replaceable, json_with
 
     inputs = (args.model, args.profile, args.devices)
     check_output(args.output, inputs)  # before the profiling, not after it
+    check_replaceable(args.output, json_with("nodes", "onnxsplit"), "workload")
     w = api.build_workload(args.model, shapes, devices=args.devices, profile=args.profile,
                            accelerator=args.accelerator, shared_weights=args.shared_weights,
                            activations=args.activations, repeats=args.repeats, quiet=args.quiet,

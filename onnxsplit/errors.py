@@ -37,5 +37,10 @@ class MemoryLimit(OnnxsplitError):
     """A step would take more memory than the limit allows (``--memory-limit``)."""
 
 
+class CheckFailed(OnnxsplitError):
+    """The parts do not reproduce the model: they are not written (the CLI exits 1, as a
+    failed check of `run` does)."""
+
+
 class RunError(OnnxsplitError):
     """A part failed, or a parts folder cannot be loaded or run."""

@@ -25,6 +25,39 @@ def check_output(path: str | Path | None, inputs=()) -> None:
             raise OnnxsplitError(f"output '{path}' is the input '{given}' itself: choose another file")
 
 
+def check_replaceable(path: str | Path | None, ours, what: str) -> None:
+    """An existing file at ``path`` is replaced only where it is a ``what`` onnxsplit writes
+    (``ours(path)`` says so, reading it): a file the user made is never written over.  A
+    folder or an unreadable file is left to the write, which fails with the OS's words."""
+    if not path or not Path(path).is_file():
+        return
+    try:
+        mine = bool(ours(Path(path)))
+    except (OSError, ValueError, UnicodeDecodeError):
+        mine = False
+    if not mine:
+        raise OnnxsplitError(f"'{path}' exists and is not a {what} onnxsplit wrote: choose another file "
+                             "(it is left as it is)")
+
+
+def json_with(*keys: str):
+    """``ours`` for :func:`check_replaceable`: a JSON object holding every one of ``keys``."""
+    import json
+
+    def ours(path: Path) -> bool:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        return isinstance(d, dict) and all(k in d for k in keys)
+    return ours
+
+
+def html_with(marker: str):
+    """``ours`` for :func:`check_replaceable`: a page whose head holds ``marker``."""
+    def ours(path: Path) -> bool:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return marker in fh.read(4096)
+    return ours
+
+
 def write_atomic(path: str | Path, data: str | bytes, inputs=()) -> Path:
     """Write ``data`` to ``path`` in one step (never over one of ``inputs``: see
     :func:`check_output`); the folder must exist."""

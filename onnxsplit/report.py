@@ -28,6 +28,9 @@ CPU_COLORS = ("#dd6b20", "#c53030", "#d53f8c", "#718096", "#975a16", "#e53e3e", 
 NODE_W, NODE_H, GAP_X, GAP_Y = 16, 10, 14, 6
 
 
+GENERATOR = '<meta name="generator" content="onnxsplit compare">'  # (marks a page it may replace)
+
+
 def device_colors(workload: Workload) -> dict[str, str]:
     """A colour per device: the palettes' (cool for accelerators, warm for CPUs), then
     hues a golden angle apart, so that no two devices of a large plan share one."""
@@ -292,7 +295,7 @@ def render(workload: Workload, rows: Sequence[dict], objective: str, bound: floa
     memory = f" (memory {bytes_text(workload.accelerator_memory)} each)" if workload.num_accelerators else ""
     serial = ("each core runs its part serially" if objective == "throughput"
               else "the paper's model: CPU operators run in parallel, each accelerator piece is one call")
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title>
+    return f"""<!doctype html><html><head><meta charset="utf-8">{GENERATOR}<title>{esc(title)}</title>
 <style>{CSS}</style></head><body>
 <h1>{esc(title)}</h1>
 <p class="muted">{objective}: {workload.n} operators, {esc(workload.device_summary())}{memory}</p>

@@ -272,15 +272,25 @@ def test_a_session_plan_for_a_gpu_elsewhere_is_checked_on_the_cpu(tmp_path):
     assert r["verify"]["ok"] and r["fell_back"] == ["session"]
 
 
-def test_a_nan_the_original_lacks_fails_the_check():
+def test_a_nan_fails_the_check_even_where_the_original_has_it_too():
+    """A NaN compares with nothing: where the parts give one the check fails, also where
+    the original gives the same (weights that make NaNs must not pass), and says whose;
+    an infinity the original has too is agreement; no value compared at all fails."""
     from onnxsplit.running.runner import compare_outputs
+    from onnxsplit.running.verify import tolerance, why_not
 
-    want = {"y": np.array([1.0, 2.0, np.nan], np.float32)}
-    assert compare_outputs({"y": np.array([1.0, 2.0, np.nan], np.float32)}, want)["max_abs_error"] == 0
-    bad = compare_outputs({"y": np.array([np.nan, 2.0, np.nan], np.float32)}, want)
-    assert bad["max_abs_error"] == float("inf")
-    assert compare_outputs({"y": np.array([1.0, np.inf, np.nan], np.float32)},
-                           want)["max_abs_error"] == float("inf")
+    want = {"y": np.array([1.0, -np.inf, np.nan], np.float32)}
+    both = compare_outputs({"y": np.array([1.0, -np.inf, np.nan], np.float32)}, want)
+    assert both["max_abs_error"] == float("inf") and not tolerance(both, False)["ok"]
+    assert why_not(both) == "; 1 NaN(s) in output 'y' (the original model's too)"
+    ours = compare_outputs({"y": np.array([np.nan, 2.0], np.float32)}, {"y": np.array([1.0, 2.0], np.float32)})
+    assert ours["max_abs_error"] == float("inf") and "the original model has none" in why_not(ours)
+    inf = compare_outputs({"y": np.array([1.0, -np.inf], np.float32)}, {"y": np.array([1.0, -np.inf], np.float32)})
+    assert inf["max_abs_error"] == 0 and tolerance(inf, False)["ok"] and why_not(inf) == ""
+    empty = compare_outputs({"y": np.zeros((0, 4), np.float32)}, {"y": np.zeros((0, 4), np.float32)})
+    assert empty["max_abs_error"] == 0 and not tolerance(empty, False)["ok"]
+    assert "nothing was compared" in why_not(empty)
+    assert not tolerance(compare_outputs({}, {}), False)["ok"]
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="copies need two cores")

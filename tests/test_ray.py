@@ -177,3 +177,25 @@ def test_interrupting_the_ray_engine_leaves_no_ray_behind(tmp_path):
             for pid in daemons:
                 os.kill(pid, signal.SIGKILL)
     assert gone(proc.pid)
+
+
+def test_a_cluster_address_that_does_not_answer_is_one_line_at_once():
+    """--address HOST:PORT where nothing listens: a one-line RunError within seconds (Ray
+    itself would retry for minutes, printing warnings); a listening port passes; a port
+    that is no number is said; Ray's own forms (ray://, auto) are left to Ray."""
+    import socket
+
+    from onnxsplit.running.ray_engine import RunError, reachable
+
+    began = time.monotonic()
+    with pytest.raises(RunError, match="cannot reach a Ray cluster at 127.0.0.1:1 within") as e:
+        reachable("127.0.0.1:1", seconds=2)
+    assert time.monotonic() - began < 3 and "\n" not in str(e.value)
+    with pytest.raises(RunError, match="the port must be a number"):
+        reachable("localhost:http")
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        reachable(f"127.0.0.1:{listening.getsockname()[1]}")
+    reachable("ray://10.255.255.1:10001")
+    reachable("auto")

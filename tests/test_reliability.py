@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -224,6 +225,38 @@ def test_parts_with_damaged_weights_fail_the_check(tmp_path, capsys, damage):
     assert "check failed" in err and "above" in err
 
 
+def test_parts_that_fail_their_check_are_not_written(tmp_path, capsys, monkeypatch):
+    """A model whose weights make NaNs (the original's outputs NaN too: nothing to check
+    against), split by a plan file: the check fails in one line that says so, exit 1, and
+    the folder a previous split left at --out is still there, as it was (a failed check
+    must not take its place); the same plan on sound weights writes and verifies."""
+    import onnx
+    from onnx import numpy_helper
+
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    g = OpGraph.from_onnx(model)
+    plan = {"objective": "throughput", "details": {},
+            "assignment": {n.name: "cpu0" if i < len(g.nodes) // 2 else "cpu1" for i, n in enumerate(g.nodes)}}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    out = tmp_path / "p"
+    assert main(["export", str(model), "--plan", str(tmp_path / "plan.json"), "--out", str(out), "--quiet"]) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    m = onnx.load(str(model))
+    w = numpy_helper.to_array(m.graph.initializer[0]).copy()
+    w.flat[3] = np.nan
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, m.graph.initializer[0].name))
+    onnx.save(m, str(tmp_path / "nan.onnx"))
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "nan.onnx"), "--plan", str(tmp_path / "plan.json"), "--out", str(out),
+                 "--force", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("onnxsplit: error: the parts do not reproduce the model") and err.count("\n") == 1
+    assert "NaN(s) in output" in err and "the original model's too" in err and "not written" in err
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # (no staging left)
+
+
 @pytest.mark.parametrize("edit,needle", [
     (lambda p: p.update(assignment=[1, 2]), "'assignment' object"),
     (lambda p: p.update(pieces={"x": "one"}), "'pieces'"),
@@ -353,3 +386,25 @@ def test_two_exports_to_one_out_at_once_leave_one_whole_output(tmp_path, force):
             MANIFEST, "annotated.onnx"} | ({"weights.bin"} if manifest["weights"]["file"] else set())
         assert run_parts(out, measure=False)["verify"]["ok"]
         assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_files_a_command_writes_never_replace_one_the_user_made(tmp_path, capsys, monkeypatch):
+    """`workload -o`, `solve -o` and `compare --html` replace a file they wrote before (a
+    second run), but refuse in one line, before any work, a file onnxsplit did not write,
+    which stays as it was."""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    demo = str(Path(__file__).parent.parent / "models" / "demo_workload.json")
+    theirs = tmp_path / "notes.txt"
+    theirs.write_text("precious\n")
+    runs = {"workload": ["workload", str(model), "--quiet", "-o"],
+            "solve": ["solve", demo, "--quiet", "-o"],
+            "compare": ["compare", demo, "--time-limit", "2", "--html"]}
+    for name, argv in runs.items():
+        mine = tmp_path / f"{name}.out"
+        assert main(argv + [str(mine)]) == 0 and mine.stat().st_size > 0
+        assert main(argv + [str(mine)]) == 0  # (its own file: replaced)
+        capsys.readouterr()
+        line = one_line_error(capsys, argv + [str(theirs)])
+        assert "not a" in line and "onnxsplit wrote" in line and str(theirs) in line
+        assert theirs.read_text() == "precious\n"

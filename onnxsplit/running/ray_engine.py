@@ -27,6 +27,7 @@ GPU_EPS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXE
 MACHINE_SHARE = 0.001  # of a machine's custom resource per actor: any number fit on it
 WAIT_S = 600.0  # the longest one sample may take before the run is called stuck
 PLACE_S = 120.0  # the longest the actors may take to be placed and load their sessions
+REACH_S = 5.0  # a cluster address must answer on its port within this, before Ray is asked to join it
 
 
 def ray_module():
@@ -55,6 +56,8 @@ def start(address: str | None = None, *, num_cpus: int | None = None) -> _Starte
         return None
     logging.getLogger("ray").setLevel(logging.ERROR)  # its start-up notes are not the user's business
     local = address is None
+    if not local:
+        reachable(address)
     try:
         # "local", not None: given None, Ray joins the cluster its address file last named
         # (written by `ray start` and by Ray's test clusters, and left behind when they stop),
@@ -68,6 +71,24 @@ def start(address: str | None = None, *, num_cpus: int | None = None) -> _Starte
     started = _Started()
     interrupt.register(started)
     return started
+
+
+def reachable(address: str, seconds: float = REACH_S) -> None:
+    """A cluster named as HOST:PORT answers on its port within ``seconds``, else RunError
+    (``ray.init`` would retry for minutes, printing its warnings); a ``ray://`` client
+    address or ``auto`` is left to Ray."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if "://" in address or not sep or not host:
+        return
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise RunError(f"--address {address}: the port must be a number from 1 to 65535")
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+    except OSError as e:
+        raise RunError(f"cannot reach a Ray cluster at {address} within {seconds:g} s "
+                       f"({e.strerror or e}): is `ray start --head` running there?") from None
 
 
 def stop(started: _Started | None) -> None:

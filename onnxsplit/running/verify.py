@@ -19,8 +19,10 @@ move each output REDUCED_FACTOR times as far as the whole model moves when OpenV
 in that precision (:func:`reduced_spread`): as accurate as the user's alternative, not
 more, and no looser.
 
-Integer and boolean outputs must be equal; a NaN or infinity the original does not have
-fails.  Wrong wiring, zeroed or garbage weights give errors of the outputs' own size;
+Integer and boolean outputs must be equal; a NaN anywhere fails (the original's too: a
+NaN compares with nothing, and weights that make one must not pass), as does an infinity
+the original does not have, and a check that compared no value at all (every output
+empty).  Wrong wiring, zeroed or garbage weights give errors of the outputs' own size;
 a part computing with subtly corrupted weights moves its outputs far more than a
 summation order does.
 """
@@ -70,9 +72,9 @@ def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str
         if a.dtype.kind in "fc" or b.dtype.kind in "fc":
             a64, b64 = a.astype(np.float64), b.astype(np.float64)
             diff = np.abs(a64 - b64)
-            # NaN or infinity where the original has the same is agreement; anywhere else
-            # it is an error no tolerance accepts (max() would drop a NaN)
-            same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+            # an infinity where the original has the same is agreement; a NaN (in either)
+            # or any other infinity is an error no tolerance accepts (max() would drop a NaN)
+            same = a64 == b64
             diff = np.where(same, 0.0, np.where(np.isfinite(diff), diff, np.inf))
             d = float(np.max(diff, initial=0.0))
             finite = np.abs(b64[np.isfinite(b64)])
@@ -82,7 +84,11 @@ def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str
             d = 0.0 if np.array_equal(a, b) else float("inf")
             scale, kind = 1.0, "exact"
         r = d / scale if scale > 0 else (0.0 if d == 0 else float("inf"))
-        per[name] = {"abs": d, "scale": scale, "kind": kind}
+        per[name] = {"abs": d, "scale": scale, "kind": kind, "size": int(b.size)}
+        if kind != "exact":
+            nan = (int(np.isnan(a.astype(np.float64)).sum()), int(np.isnan(b.astype(np.float64)).sum()))
+            if any(nan):
+                per[name]["nan"] = {"parts": nan[0], "original": nan[1]}
         if d > abs_err:
             worst = name
         abs_err, rel_err = max(abs_err, d), max(rel_err, r)
@@ -123,7 +129,7 @@ def tolerance(verify: Mapping[str, Any], accelerated: bool,
             rel_any and verify["max_rel_error"] <= ACCELERATOR_REL_TOLERANCE)
         return {"tolerance": tol, "ok": bool(ok)}
     allowed: dict[str, dict[str, Any]] = {}
-    ok = True
+    ok = sum(p.get("size", 1) for p in per.values()) > 0  # (no value compared: nothing confirmed)
     for name, p in per.items():
         if p["kind"] == "exact":
             allowed[name] = {"abs": 0.0, "why": "exact"}
@@ -179,6 +185,20 @@ def reduced_spread(model_path: str | Path, feeds: Mapping[str, Any], want: Mappi
         raise RunError(f"OpenVINO cannot run the original model in {precision} to ground the check: "
                        f"{' '.join(str(e).split())[:300]}") from None
     return {"precision": precision, "spread": spread([got], want)}
+
+
+def why_not(verify: Mapping[str, Any]) -> str:
+    """What a failed check saw beyond its largest error, in words ('' where nothing more):
+    NaNs, and where they came from, or no value compared at all."""
+    per = verify.get("per_output")
+    if per is not None and sum(p.get("size", 1) for p in per.values()) == 0:
+        return "; nothing was compared: every output is empty at the check's shapes"
+    for name, p in (per or {}).items():
+        if "nan" in p:
+            n = p["nan"]
+            whose = "the original model's too" if n["original"] else "the original model has none"
+            return f"; {n['parts']} NaN(s) in output '{name}' ({whose})"
+    return ""
 
 
 def says(verify: Mapping[str, Any]) -> str:
