@@ -135,6 +135,8 @@ def parse_input_values(specs) -> dict[str, float]:
             number = None
         if not eq or not name.strip() or number is None:
             raise OnnxsplitError(f"bad --input-value '{spec}': expected NAME=NUMBER, e.g. sr=16000")
+        if not abs(number) < 2.0 ** 63:  # (NaN, infinities, and what no integer input holds)
+            raise OnnxsplitError(f"bad --input-value '{spec}': the value must be a finite number below 2^63")
         if name.strip() in out:
             raise OnnxsplitError(f"--input-value given twice for '{name.strip()}'")
         out[name.strip()] = int(number) if number.is_integer() else number

@@ -14,6 +14,10 @@ import os
 from .errors import MemoryLimit, OnnxsplitError
 
 DEFAULT_SHARE = 0.5  # of the memory available at start
+# the most copies (or threads) of one part a plan file or manifest may ask for: each copy
+# loads a session of its own, and a damaged file asking for a billion took memory until the
+# machine ran out
+MAX_COPIES = 1024
 _limit: float | None = None
 
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from . import calibrate, calibrations, machine, parts_report, progress, ranges
+from . import calibrate, calibrations, limits, machine, parts_report, progress, ranges
 from .pins import apply_pins, parse_pins, pinned_where
 from .providers import openvino
 from . import export as ex
@@ -648,8 +648,9 @@ def _execution_problem(execution: Mapping[str, Any]) -> str | None:
     """What is wrong with a plan file's ``details.execution`` (None: nothing)."""
     for key in ("cpu_threads", "replicas"):
         v = execution.get(key, 1)
-        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if key == "cpu_threads" else 1):
-            return f"{key} must be an integer ({'0 or more' if key == 'cpu_threads' else '1 or more'})"
+        low = 0 if key == "cpu_threads" else 1
+        if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= limits.MAX_COPIES:
+            return f"{key} must be an integer from {low} to {limits.MAX_COPIES}"
     if execution.get("optimization", "all") not in ex.LEVELS:
         return f"optimization must be one of {', '.join(ex.LEVELS)}"
     if execution.get("run_as", "pipeline") not in ("pipeline", "session"):
@@ -1058,7 +1059,8 @@ def export_plan(model: str | Path, plan_path: str | Path, out: str | Path, *,
         if not Path(plan_path).is_file():
             raise SplitError(f"plan file '{plan_path}' does not exist")
         data = read_json(plan_path)
-        execution = ((data.get("details") or {}).get("execution") or {}) if isinstance(data, dict) else {}
+        details = data.get("details") if isinstance(data, dict) else None
+        execution = (details.get("execution") or {}) if isinstance(details, dict) else {}
         shared = isinstance(execution, dict) and bool(execution.get("shared"))
 
         def plan_of(p: Prepared) -> Plan:

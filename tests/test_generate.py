@@ -107,7 +107,9 @@ def test_a_generation_the_parts_were_not_made_for_is_one_line(split, capsys):
              (["--prompt", "1,2", "--max-new-tokens", "80"], "step 79 of decoding is outside the range"),
              (["--prompt", "1,x"], "--prompt takes token ids separated by commas, not '1,x'"),
              (["--prompt", "1,-2"], "--prompt: token ids are not negative"),
-             (["--prompt", "1,640"], "part part0_cpu0 on cpu0 failed: ")]
+             (["--prompt", "1,640"], "token id 640 (position 1 of the prompt) is outside the model's vocabulary of "),
+             (["--prompt", "99999999999999999999999"], "token id 99999999999999999999999 (position 0 of the "
+                                                     "prompt) is outside")]
     for args, message in cases:
         assert main(["generate", str(parts), *args]) == 2
         err = capsys.readouterr().err
@@ -358,7 +360,8 @@ def test_the_gateway_generates_what_the_model_does_and_refuses_in_one_line(split
             {"input_ids": list(range(20)), "max_tokens": 2},  # (a prefill over 16 tokens: two calls)
             {"input_ids": PROMPT, "max_tokens": 80},  # (past the range's 80 positions)
             {"input_ids": [], "max_tokens": 3},
-            {"input_ids": PROMPT, "max_tokens": "many"}]
+            {"input_ids": PROMPT, "max_tokens": "many"},
+            {"input_ids": [1, 640], "max_tokens": 2}]
 
     async def go():
         answers = [await g(http("POST", "/v2/models/decoder/generate", json.dumps(a).encode())) for a in asks]
@@ -388,7 +391,8 @@ def test_the_gateway_generates_what_the_model_does_and_refuses_in_one_line(split
         assert body["output_ids"] == reference(model, prompt, n) and len(body["output_ids"]) == n
         assert body["parameters"]["first_token_ms"] > 0 and body.get("id") == ask.get("id")
     words = ["outside the range the parts were made for", "'input_ids' must be a non-empty list",
-             "'max_tokens' must be an integer of at least 0, got \"many\""]
+             "'max_tokens' must be an integer of at least 0, got \"many\"",
+             "token id 640 (position 1 of the prompt) is outside the model's vocabulary"]
     for a, w in zip(answers[3:], words):
         error = json.loads(a.body)["error"]
         assert a.status_code == 400 and w in error and "\n" not in error, error

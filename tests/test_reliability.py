@@ -43,9 +43,17 @@ def one_line_error(capsys, argv) -> str:
     (lambda m: m["model"].update(inputs=[{"name": "x"}]), "model.inputs[0] needs"),
     (lambda m: m.update(run_as="cluster"), "'run_as'"),
     (lambda m: m["parts"][0].update(optimization="max"), "optimization"),
+    (lambda m: m["parts"][0].update(replicas=10**6), "parts[0].replicas must be an integer from 0 to 1024"),
+    (lambda m: m["model"].update(outputs=[]), "model.outputs must name at least one output"),
+    (lambda m: m["model"]["outputs"][0].update(name="zz"), "model.outputs[0] 'zz' is made by no part"),
+    (lambda m: m["parts"][-1].update(inputs=[{"name": "qq"}]), "'qq' is neither an input of the model"),
+    (lambda m: m.update(predicted="x"), "'predicted' must be an object"),
+    (lambda m: m.update(predicted={"latency_ms": 0}), "predicted.latency_ms must be a positive number"),
+    (lambda m: m.update(predicted={"baselines": {"ort": {"throughput_per_s": "x"}}}),
+     "predicted.baselines.ort.throughput_per_s must be a positive number"),
     # against the parts it names
     (lambda m: m["parts"][0].update(file="gone.onnx"), "parts[0].file 'gone.onnx' is not in the folder"),
-    (lambda m: m["parts"][0]["inputs"][0].update(name="y"), "parts[0].inputs[0] 'y' is not an input"),
+    (lambda m: m["parts"][0]["inputs"][0].update(name="y"), "parts[0].inputs[0] 'y' is neither an input of the model"),
     (lambda m: m["parts"][0]["inputs"][0].update(dtype="int64"), "parts[0].inputs[0] says dtype int64"),
     (lambda m: m["parts"][0]["outputs"][0].update(shape=[4, 17]), "parts[0].outputs[0].shape [4, 17]"),
     (lambda m: m["model"]["inputs"][0].update(shape=[4, 16, 1]), "model.inputs[0].shape [4, 16, 1] has 3"),
@@ -263,6 +271,7 @@ def test_parts_that_fail_their_check_are_not_written(tmp_path, capsys, monkeypat
     (lambda p: p.update(pieces=[0]), "'pieces'"),
     (lambda p: p["details"].update(execution={"cpu_threads": "two"}), "cpu_threads"),
     (lambda p: p["details"].update(execution={"replicas": 0}), "replicas"),
+    (lambda p: p["details"].update(execution={"replicas": 10**9}), "replicas must be an integer from 1 to 1024"),
     (lambda p: p["details"].update(execution={"run_as": "cluster"}), "run_as"),
     (lambda p: p["details"].update(execution={"optimization": "max"}), "optimization"),
     (lambda p: p.update(objective="speed"), "objective"),
@@ -408,3 +417,18 @@ def test_files_a_command_writes_never_replace_one_the_user_made(tmp_path, capsys
         line = one_line_error(capsys, argv + [str(theirs)])
         assert "not a" in line and "onnxsplit wrote" in line and str(theirs) in line
         assert theirs.read_text() == "precious\n"
+
+
+def test_input_values_the_model_refuses_are_one_line(tmp_path, capsys, monkeypatch):
+    """--input-value that no input holds (NaN, 1e30) is refused as it is read; one the model
+    fails on (a token id far outside its embedding) in one line from profiling's first run,
+    naming the option, not onnxruntime's traceback."""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    bert = str(Path(__file__).parent.parent / "models" / "small_bert.onnx")
+    shapes = ["--input-shape", "input_ids=1x8", "--input-shape", "attention_mask=1x8", "--quiet"]
+    for value in ("nan", "1e30"):
+        line = one_line_error(capsys, [bert, *shapes, "--input-value", f"input_ids={value}", "--out", str(tmp_path / "o")])
+        assert "the value must be a finite number below 2^63" in line
+    line = one_line_error(capsys, [bert, *shapes, "--input-value", "input_ids=-99999", "--out", str(tmp_path / "o")])
+    assert "the model fails on CPUExecutionProvider with the inputs profiling feeds it" in line
+    assert "--input-value" in line and not (tmp_path / "o").exists()

@@ -173,6 +173,13 @@ def _measure(path: Path, bound, fills, key: str, eps: list[str], repeats: int, w
                                f"{one_line(e)}") from None
         overheads = runner.overheads(warmup, repeats)
         whole_run = runner.bind(whole_sess, feeds)
+        try:
+            whole_run()
+        except Exception as e:
+            from ..shapes import one_line
+
+            raise ProfileError(f"the model fails on {ep} with the inputs profiling feeds it ({one_line(e)}); "
+                               "give values it takes with --input-value NAME=VALUE") from None
         how = method if method != "auto" else _auto_method(ep, whole_run, _node_count(model.graph),
                                                            warmup)
         settings = {"method": how, "repeats": repeats, "warmup": warmup}

@@ -61,8 +61,10 @@ class Decoder:
     """The names a decoder-with-past is driven by, read from its inputs (the manifest's
     ``model.inputs``: name, dtype, shape, dims) and output names."""
 
-    def __init__(self, inputs: Sequence[Mapping[str, Any]], outputs: Sequence[str]):
+    def __init__(self, inputs: Sequence[Mapping[str, Any]], outputs: Sequence[str], vocab: int | None = None):
+        """``vocab``: the logits' last dimension where known (a token id must be below it)."""
         by_name = {s["name"]: s for s in inputs}
+        self.vocab = vocab
         if "input_ids" not in by_name:
             raise RunError("not a decoder: the model has no input 'input_ids'")
         self.logits = "logits" if "logits" in outputs else None
@@ -87,6 +89,14 @@ class Decoder:
         if other:
             raise RunError(f"the decoder takes input '{other[0]}', which generation does not know how to feed")
         self.specs = by_name
+
+    def check_prompt(self, prompt: Sequence[int]) -> None:
+        """RunError where a token id is no id of the model's (negative, or past its
+        vocabulary), before any call: onnxruntime's own words name a Gather deep inside."""
+        for i, t in enumerate(prompt):
+            if not 0 <= t < (self.vocab or 2 ** 63):
+                past = f"the model's vocabulary of {self.vocab}" if self.vocab else "an int64"
+                raise RunError(f"token id {str(t)[:24]} (position {i} of the prompt) is outside {past}")
 
     def seq_axis(self, name: str) -> int:
         """The cache's sequence dimension: the one the model names for the past, else -2."""
@@ -131,9 +141,18 @@ class Decoder:
 def decoder_of(model: Mapping[str, Any]) -> Decoder | None:
     """The decoder a manifest's ``model`` is, or None where it is not one."""
     try:
-        return Decoder(model["inputs"], [o["name"] for o in model["outputs"]])
+        return Decoder(model["inputs"], [o["name"] for o in model["outputs"]], vocab_of(model))
     except (RunError, KeyError, TypeError):
         return None
+
+
+def vocab_of(model: Mapping[str, Any]) -> int | None:
+    """The logits' last dimension in a manifest's ``model`` where it is fixed, else None."""
+    for o in model.get("outputs") or []:
+        shape = o.get("shape") if isinstance(o, dict) and o.get("name") == "logits" else None
+        if isinstance(shape, list) and shape and isinstance(shape[-1], int) and shape[-1] > 0:
+            return shape[-1]
+    return None
 
 
 def serve_note(model: Mapping[str, Any]) -> str | None:
@@ -208,6 +227,7 @@ def _steps(decoder: Decoder, prompt: Sequence[int], max_new_tokens: int, eos: in
         raise RunError("the prompt is empty: give at least one token id")
     if max_new_tokens < 1:
         raise RunError("--max-new-tokens must be at least 1")
+    decoder.check_prompt(prompt)
     out = Generated(list(prompt))
     past = decoder.empty_past()
     chunk = chunk or len(prompt)
@@ -286,7 +306,8 @@ def run_generation(parts_dir, prompt: Sequence[int], max_new_tokens: int, *, eos
 
     parts = Parts(parts_dir, fallback_cpu=fallback_cpu)
     model = parts.manifest["model"]
-    decoder = Decoder(model["inputs"], [o["name"] for o in model["outputs"]])
+    decoder = Decoder(model["inputs"], [o["name"] for o in model["outputs"]], vocab_of(model))
+    decoder.check_prompt(prompt)
     chunk = check_lengths(decoder, model.get("shape_range"), len(prompt), max_new_tokens)
     why = kv_cache.shared_caches(parts, decoder.caches)
     if why is None:  # (each cache one buffer, in place: kv_cache)
@@ -341,7 +362,10 @@ def whole_model_run(model_path):
     """``run(feeds)`` over the original model in onnxruntime's default session on the CPU."""
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    try:
+        sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise RunError(f"the original model '{model_path}' cannot be loaded: {' '.join(str(e).split())[:200]}") from None
     names = [o.name for o in sess.get_outputs()]
     return lambda feeds: dict(zip(names, sess.run(None, feeds)))
 

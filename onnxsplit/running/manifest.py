@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import ranges
+from .. import limits, ranges
 from ..errors import RunError
 from ..export import ANNOTATED, FORMAT, MANIFEST
 
@@ -94,12 +94,44 @@ def field_problem(m: Mapping[str, Any]) -> str | None:
                 return why
         for key in ("threads", "replicas", "device_id"):
             v = p.get(key)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                return f"parts[{i}].{key} must be an integer >= 0"
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= limits.MAX_COPIES):
+                return f"parts[{i}].{key} must be an integer from 0 to {limits.MAX_COPIES}"
         if p.get("optimization") not in (None, "all", "disabled"):
             return f"parts[{i}].optimization must be 'all' or 'disabled'"
     if m.get("run_as", "pipeline") not in ("pipeline", "session"):
         return "'run_as' must be 'pipeline' or 'session'"
+    if not model["outputs"]:
+        return "model.outputs must name at least one output (a check of none confirms nothing)"
+    if m.get("run_as", "pipeline") == "pipeline":
+        made = {t["name"] for p in parts for t in p["outputs"]}
+        given = {t["name"] for t in model["inputs"]}
+        for k, t in enumerate(model["outputs"]):
+            if t["name"] not in made:
+                return f"model.outputs[{k}] '{t['name']}' is made by no part"
+        for i, p in enumerate(parts):
+            for k, t in enumerate(p["inputs"]):
+                if t["name"] not in made and t["name"] not in given:
+                    return f"parts[{i}].inputs[{k}] '{t['name']}' is neither an input of the model nor made by a part"
+    return _predicted_problem(m.get("predicted"))
+
+
+def _predicted_problem(predicted) -> str | None:
+    """What is wrong with a manifest's ``predicted`` figures (``run`` sets what it measures
+    beside them): an object whose rates and latencies, where given, are positive numbers."""
+    if predicted is None:
+        return None
+    if not isinstance(predicted, dict):
+        return "'predicted' must be an object"
+    rows = [("predicted", predicted)]
+    baselines = predicted.get("baselines", {})
+    if not isinstance(baselines, dict) or not all(isinstance(v, dict) for v in baselines.values()):
+        return "predicted.baselines must map names to objects"
+    rows += [(f"predicted.baselines.{k}", v) for k, v in baselines.items()]
+    for where, row in rows:
+        for key in ("latency_ms", "throughput_per_s"):
+            v = row.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
+                return f"{where}.{key} must be a positive number, got {json.dumps(v)[:40]}"
     return None
 
 
@@ -129,7 +161,6 @@ def inputs_at(m: Mapping[str, Any], given: Mapping[str, Any]) -> list[dict[str, 
     by dimension names, :func:`onnxsplit.ranges.follow_names`), checked: in the manifest's
     range (its one shape where it has none) and one sample within the memory limit.
     RunError with one line."""
-    from .. import limits
     from ..shapes import bytes_text
 
     specs = m["model"]["inputs"]
@@ -210,7 +241,6 @@ def parts_problem(folder: Path, m: Mapping[str, Any]) -> str | None:
     """The first thing a manifest says that its part files contradict (names, element
     types, fixed dimensions, byte counts), or a sample of the model's inputs that would
     not fit the memory limit; None where all holds."""
-    from .. import limits
     from ..shapes import bytes_text
 
     declared_in: dict[str, tuple[str, list]] = {}

@@ -221,6 +221,7 @@ class Gateway:
 
         asked = decode_generate(await request.body())
         try:
+            self.decoder.check_prompt(asked["prompt"])
             chunk = check_lengths(self.decoder, self.shape_range, len(asked["prompt"]), asked["max_tokens"])
         except RunError as e:
             raise ProtocolError(str(e)) from None
