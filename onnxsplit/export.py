@@ -711,6 +711,28 @@ def _tensor_entry(graph: OpGraph, name: str) -> dict[str, Any]:
     return {"name": name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes}
 
 
+def index_bound(graph: OpGraph, name: str) -> int | None:
+    """Where input ``name`` is only ever the indices of a Gather from a weight (token ids
+    into an embedding), a bound every index below is safe for, whatever the Gather's axis
+    (the table's smallest dimension): the check then feeds ids spread over the table, not
+    the one row a constant id reads (a damaged row elsewhere went unseen); else None."""
+    by_name = {n.name: n for n in graph.nodes}
+    t = graph.tensors.get(name)
+    if t is None or not t.dtype.startswith(("int", "uint")) or not t.consumers:
+        return None
+    bounds = []
+    for c in t.consumers:
+        node = by_name.get(c)
+        if node is None or node.op_type != "Gather" or node.domain not in ("", "ai.onnx") \
+                or list(node.inputs[1:2]) != [name] or name in node.inputs[:1]:
+            return None
+        table = graph.tensors.get(node.inputs[0])
+        if table is None or table.kind != "initializer" or not table.shape or min(table.shape) < 1:
+            return None
+        bounds.append(min(table.shape))
+    return min(bounds)
+
+
 def _dim_names(t: onnx.TypeProto) -> list[str | None]:
     """The model's name for each dimension of an input (None where it has a fixed size
     or no name): a size given for one input follows to the others by these names."""
@@ -754,6 +776,7 @@ def _manifest(graph: OpGraph, parts: list[Part], links: _Links, weights: "_Weigh
             "nodes": len(graph.nodes),
             "inputs": [dict(_tensor_entry(graph, t), **({"fill": graph.input_fills[t]}
                                                         if t in graph.input_fills else {}),
+                            **({"index_below": below} if (below := index_bound(graph, t)) else {}),
                             **({"dims": _dim_names(types[t])} if t in (types or {}) else {}))
                        for t in graph.inputs],
             "outputs": [dict(_tensor_entry(graph, t), **{"from": producer.get(t, MODEL_INPUT)},

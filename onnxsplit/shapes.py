@@ -319,15 +319,19 @@ _INTEGER_TYPES = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT
 
 
 def stand_in(elem_type: int, shape: tuple[int, ...], weight: bool, rng: np.random.Generator,
-          fill: float | None = None):
+          fill: float | None = None, below: int | None = None):
     """A stand-in value: random floats in [0, 1) for inputs, zeros for float weights (lazily
     mapped zero pages: GBs of weights cost neither time nor memory), ones for integers and
-    booleans (a safe index, a live mask); ``fill`` (the user's --input-value) everywhere."""
+    booleans (a safe index, a live mask), or random integers under ``below`` where every
+    one is a safe index (token ids: :func:`onnxsplit.export.index_bound`); ``fill`` (the
+    user's --input-value) everywhere."""
     np_type = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
     if elem_type == TensorProto.STRING:
         return np.full(shape, "a", dtype=object)
     if fill is not None:
         return np.full(shape, fill).astype(np_type)
+    if below and np.issubdtype(np_type, np.integer):
+        return rng.integers(0, below, size=shape).astype(np_type)
     if np.issubdtype(np_type, np.integer) or np_type == np.bool_:
         return np.ones(shape, dtype=np_type)
     if weight:

@@ -432,3 +432,38 @@ def test_input_values_the_model_refuses_are_one_line(tmp_path, capsys, monkeypat
     line = one_line_error(capsys, [bert, *shapes, "--input-value", "input_ids=-99999", "--out", str(tmp_path / "o")])
     assert "the model fails on CPUExecutionProvider with the inputs profiling feeds it" in line
     assert "--input-value" in line and not (tmp_path / "o").exists()
+
+
+def test_the_check_feeds_token_ids_across_the_embedding_not_one_row(tmp_path, capsys):
+    """Token ids that only index an embedding are fed spread under the table's smallest
+    dimension (the manifest's ``index_below``), not all ones: rows of the table other than
+    row 1 damaged in the parts' weights (the original untouched) fail the check, which
+    ones alone never read."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((50, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+         helper.make_node("MatMul", ["e", "w"], ["h"], name="mm"),
+         helper.make_node("Relu", ["h"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 16])],
+        [numpy_helper.from_array(table, "table"), numpy_helper.from_array(w, "w")])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    graph = OpGraph.from_onnx(model)
+    out = tmp_path / "p"
+    export(graph, {"embed": "cpu0", "mm": "cpu1", "relu": "cpu1"}, out, providers={"cpu0": CPU, "cpu1": CPU})
+    m = json.loads((out / MANIFEST).read_text())
+    assert m["model"]["inputs"][0]["index_below"] == 16
+    assert main(["run", str(out), "--no-measure"]) == 0
+    values = np.fromfile(out / "weights.bin", dtype=np.float32)
+    at = next(i for i in range(len(values) - 16) if np.array_equal(values[i:i + 16], table[2]))
+    values[at:at + 14 * 16] *= 1.5  # (rows 2 to 15)
+    values.tofile(out / "weights.bin")
+    capsys.readouterr()
+    assert main(["run", str(out), "--no-measure"]) == 1
+    assert "check failed" in capsys.readouterr().err

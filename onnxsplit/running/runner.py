@@ -96,8 +96,9 @@ def _check_runs_on(sess, ep: str, what: str) -> None:
 
 def random_feeds(specs: Iterable[Mapping[str, Any]], seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs for a check run: floats uniform in [0, 1); integers and booleans ones (an index
-    and a mask every model accepts), as the profiler feeds them; an input's ``fill`` (the
-    --input-value it was split with) where the manifest has one."""
+    and a mask every model accepts), as the profiler feeds them, but token ids spread under
+    an input's ``index_below`` (so that the check reads many rows of an embedding, not one);
+    an input's ``fill`` (the --input-value it was split with) where the manifest has one."""
     from .. import shapes
 
     rng = np.random.default_rng(seed)
@@ -106,7 +107,7 @@ def random_feeds(specs: Iterable[Mapping[str, Any]], seed: int = 0) -> dict[str,
         et = shapes.elem_type(s["dtype"])
         if et is None:
             raise RunError(f"input '{s['name']}' has type {s['dtype']}: pass its value explicitly")
-        out[s["name"]] = shapes.stand_in(et, tuple(s["shape"]), False, rng, s.get("fill"))
+        out[s["name"]] = shapes.stand_in(et, tuple(s["shape"]), False, rng, s.get("fill"), s.get("index_below"))
     return out
 
 
