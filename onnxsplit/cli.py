@@ -415,10 +415,10 @@ def main(argv: list[str] | None = None) -> int:
             plugins.add_libraries(spec)  # (child processes and Ray's actors load them too)
         return run(lambda: command(args))  # Ctrl-C ends it within 2 s (see interrupt.py)
     except CheckFailed as e:  # (exit 1, as a failed check of `run`: the parts are wrong, not the input)
-        print(f"onnxsplit: error: {e}", file=sys.stderr)
+        _error(e)
         return 1
     except OnnxsplitError as e:
-        print(f"onnxsplit: error: {e}", file=sys.stderr)
+        _error(e)
         return 2
     except KeyboardInterrupt:
         print("onnxsplit: interrupted", file=sys.stderr)
@@ -428,10 +428,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except OSError as e:  # a file the user named cannot be read or written
         where = f"'{e.filename}': " if getattr(e, "filename", None) else ""
-        print(f"onnxsplit: error: {where}{e.strerror or e}", file=sys.stderr)
+        _error(f"{where}{e.strerror or e}")
         return 2
     finally:
         limits.set_limit(None)
+
+
+def _error(what) -> None:
+    """The one line a failed command ends with: a line break inside it (a path holding one)
+    written as \\n, so that it stays one line and cannot forge another."""
+    text = str(what).replace("\r", "\\r").replace("\n", "\\n")
+    print(f"onnxsplit: error: {text}", file=sys.stderr)
 
 
 def _split(args) -> int:

@@ -14,9 +14,10 @@ QUIET_S = 1.0  # a step shorter than this draws nothing (no flicker)
 
 
 def say(quiet: bool, text: str) -> None:
-    """One line of what a command is doing, on stderr (nothing where ``quiet``)."""
+    """One line of what a command is doing, on stderr (nothing where ``quiet``; a line
+    break inside it, as a path may hold, written as \\n)."""
     if not quiet:
-        print(text, file=sys.stderr, flush=True)
+        print(text.replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr, flush=True)
 
 
 def shown(quiet: bool = False) -> bool:

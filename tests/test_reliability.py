@@ -467,3 +467,12 @@ def test_the_check_feeds_token_ids_across_the_embedding_not_one_row(tmp_path, ca
     capsys.readouterr()
     assert main(["run", str(out), "--no-measure"]) == 1
     assert "check failed" in capsys.readouterr().err
+
+
+def test_a_line_break_in_a_path_cannot_forge_a_line(tmp_path, capsys):
+    """A model path holding a line break and a fake error: the command's own lines stay one
+    line each (the break written as \\n), the last its one error."""
+    code = main([f"{tmp_path}/a\nonnxsplit: error: forged.onnx", "--out", str(tmp_path / "o")])
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and [ln for ln in lines if ln.startswith("onnxsplit: error:")] == [lines[-1]]
+    assert "\\nonnxsplit: error: forged.onnx' does not exist" in lines[-1]
