@@ -142,7 +142,7 @@ def _calibrate_whole(graph, ep: str, feeds, quiet: bool, model_bytes: float) -> 
         record = child.call("onnxsplit.calibrate:calibrate", str(graph.path), feeds, ep,
                             model_bytes=model_bytes)
     noisy = record.get("noisy")
-    if noisy:  # (said even where progress is not: the predictions beside it rest on it)
+    if noisy and not quiet:  # (a note, not progress: it stays where a pipe or a log gets it)
         print(f"onnxsplit: note: the machine was busy while calibrating on {ep}: configuration "
               f"{noisy['config']}'s rounds still spread {100 * noisy['spread']:.0f}% after {noisy['tries']} "
               "tries; the predictions beside it may be far off (`onnxsplit run` measures again; "

@@ -79,6 +79,9 @@ def _number(cast, ok, needs: str, what: str):
     return parse
 
 
+SEED_MAX = 2 ** 31 - 1  # METIS and SCOTCH take a C int (numpy any integer >= 0)
+
+
 def _at_least(low: int):
     return _number(int, lambda v: v >= low, f"must be at least {low}", "an integer")
 
@@ -119,7 +122,9 @@ def _parser() -> argparse.ArgumentParser:
                         + ". Baselines: " + "; ".join(f"{m.name}: {m.summary}" for m in registry.REGISTRY
                                                      if m.kind == "baseline"))
     s.add_argument("--quiet", action="store_true", help="no progress lines on long solves")
-    s.add_argument("--seed", type=int, default=0, help="random seed of local_search, scotch, metis (default 0)")
+    s.add_argument("--seed", type=_number(int, lambda v: 0 <= v <= SEED_MAX, f"must be from 0 to {SEED_MAX}",
+                                          "an integer"), default=0,
+                   help="random seed of local_search, scotch, metis (default 0)")
     s.add_argument("--restarts", type=_at_least(1), default=10,
                    help="random restarts of local_search, scotch, metis; the best is kept (default 10)")
     s.add_argument("--split", metavar="FILE", help="the split that method 'given' scores (paper format or a plan)")

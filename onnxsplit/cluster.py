@@ -248,6 +248,10 @@ def _measured_links(ep: str, klass: str, count: int, notes: list[str]) -> list[L
 _DEVICE_FIELDS = ("name", "class", "count", "execution_provider", "memory", "peak_flops",
                   "memory_bandwidth", "call_overhead", "efficiency", "unsupported_ops", "machine", "shared_by")
 _LINK_FIELDS = ("between", "bandwidth", "latency")
+# beyond these no link is (1 kB/s moves a GB in 12 days): a workload's transfer times made
+# from them stay within what its solvers' float sums hold (workload.MOST_TIME)
+LINK_BANDWIDTH = (1e3, 1e15)  # bytes/s
+LINK_LATENCY = (1e-12, 1e6)  # s, where not 0
 
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
            "Ki": 2.0 ** 10, "Mi": 2.0 ** 20, "Gi": 2.0 ** 30, "Ti": 2.0 ** 40, "Pi": 2.0 ** 50}
@@ -380,6 +384,10 @@ def _link(d: Any, where: str, classes: set[str]) -> LinkSpec:
         if key not in d:
             raise ClusterError(f"{where}: missing field '{key}'")
     bw = quantity(d["bandwidth"], "bytes/s", f"{where}.bandwidth")
-    if bw == 0:
-        raise ClusterError(f"{where}.bandwidth must be > 0")
-    return LinkSpec(pair[0], pair[1], bw, quantity(d["latency"], "seconds", f"{where}.latency"))
+    if not LINK_BANDWIDTH[0] <= bw <= LINK_BANDWIDTH[1]:
+        raise ClusterError(f"{where}.bandwidth must be from 1kB/s to 1PB/s ({LINK_BANDWIDTH[0]:g} to "
+                           f"{LINK_BANDWIDTH[1]:g} bytes/s), got {d['bandwidth']!r}")
+    latency = quantity(d["latency"], "seconds", f"{where}.latency")
+    if latency > LINK_LATENCY[1] or 0 < latency < LINK_LATENCY[0]:
+        raise ClusterError(f"{where}.latency must be 0 or from 1ps to {LINK_LATENCY[1]:g} s, got {d['latency']!r}")
+    return LinkSpec(pair[0], pair[1], bw, latency)

@@ -99,13 +99,42 @@ def read_split(path: str | Path, workload: Workload) -> dict[int, str]:
         raise SplitError(f"{path}: expected a split with 'fpgas' and 'cpus' lists, or a plan with 'assignment'")
     assignment: dict[int, str] = {}
     for kind, key in (("acc", "fpgas"), ("cpu", "cpus")):
-        used = [m for m in data[key] if m.get("nodes")]
-        for i, machine in enumerate(used):
-            for nid in machine["nodes"]:
+        for i, machine in enumerate(_split_entries(data[key], key, path)):
+            for nid in machine:
                 if nid in assignment:
                     raise SplitError(f"{path}: node {nid} is listed twice")
-                assignment[int(nid)] = f"{kind}{i}"
+                assignment[nid] = f"{kind}{i}"
     return complete_by_color_class(assignment, workload, where=str(path))
+
+
+def _split_entries(entries: Any, key: str, path) -> list[list[int]]:
+    """The node ids of each device a split file's ``fpgas`` or ``cpus`` list uses (an
+    entry without nodes uses none), each checked: SplitError naming what is malformed."""
+    example = '[{"nodes": [1, 2]}, ...]'
+    if not isinstance(entries, list):
+        raise SplitError(f"{path}: '{key}' must be a list like {example}, got {_shown(entries)}")
+    used = []
+    for pos, entry in enumerate(entries):
+        where = f"{path}: {key}[{pos}]"
+        if not isinstance(entry, dict):
+            raise SplitError(f"{where} must be an object like {{\"nodes\": [1, 2]}}, got {_shown(entry)}")
+        nodes = entry.get("nodes")
+        if nodes is None:
+            continue
+        if not isinstance(nodes, list):
+            raise SplitError(f"{where}.nodes must be a list of node ids, got {_shown(nodes)}")
+        for nid in nodes:
+            if isinstance(nid, bool) or not (isinstance(nid, int) or isinstance(nid, float) and nid.is_integer()):
+                raise SplitError(f"{where}.nodes: a node id is an integer, got {_shown(nid)}")
+        if nodes:
+            used.append([int(nid) for nid in nodes])
+    return used
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as the file spells it, cut short."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def complete_by_color_class(assignment: dict[int, str], workload: Workload, where: str = "split") -> dict[int, str]:

@@ -104,6 +104,17 @@ class Link:
 
 MOST_DEVICES = 1024  # of each kind, or one per node where there are more nodes
 
+# The solvers add a workload's numbers up in float64 (a DP part's load is the difference of
+# two prefix sums; an integer program's rows hold every node's time), so one number far
+# beyond any model's leaves the others below its rounding (the DP and the evaluator then
+# disagree, HiGHS fails), and a subnormal one overflows a ratio.  Every time, size and link
+# scale is 0 or within these bounds; a node id fits the int64 arrays the solvers index by.
+MOST_TIME = 1e12  # ms: a node's latency, a tensor's transfer cost, a link's latency (31 years)
+MOST_BYTES = 1e18  # a node's size, an accelerator's memory (1e18 is how workloads spell unlimited)
+MOST_SCALE = 1e12  # a link's time per ms of transfer at the first class's host bandwidth
+LEAST_POSITIVE = 1e-30  # of each: a positive number below it is a rounding error of 0 (no subnormal)
+ID_RANGE = (-2 ** 63, 2 ** 63 - 1)
+
 
 @dataclass(frozen=True)
 class Device:
@@ -235,8 +246,7 @@ class Workload:
                 c.count for c in self.accelerator_classes if isinstance(c.count, int)) == 0:
             out.append("no devices: maxFPGAs + maxCPUs is 0" + (" and no accelerator class has any"
                                                                if self.accelerator_classes else ""))
-        if not _finite_nonneg(self.accelerator_memory):
-            out.append(f"maxSizePerFPGA must be a finite number >= 0, got {self.accelerator_memory!r}")
+        out += _amount_problems("maxSizePerFPGA", self.accelerator_memory, MOST_BYTES)
         out += self._class_problems()
         known = {c.name for c in self.accelerator_classes}
         seen: set[int] = set()
@@ -244,16 +254,20 @@ class Workload:
             if n.id in seen:
                 out.append(f"node {n.id}: duplicate id")
             seen.add(n.id)
+            if not ID_RANGE[0] <= n.id <= ID_RANGE[1]:
+                out.append(f"node {n.id}: the id does not fit in 64 bits (ids are integers from "
+                           f"{ID_RANGE[0]} to {ID_RANGE[1]})")
             for cls, value in n.latencies:
                 if cls not in known:
                     out.append(f"node {n.id}: latency on unknown accelerator class '{cls}' "
                                f"(classes: {', '.join(sorted(known)) or 'none'})")
-                elif not _finite_nonneg(value):
-                    out.append(f"node {n.id}: latency on '{cls}' must be a finite number >= 0, got {value!r}")
-            for label, value in (("cpuLatency", n.cpu_latency), ("fpgaLatency", n.acc_latency),
-                                 ("size", n.size or 0.0)):
-                if not _finite_nonneg(value):
-                    out.append(f"node {n.id}: {label} must be a finite number >= 0, got {value!r}")
+                elif not _in_range(value, MOST_TIME):
+                    out += _amount_problems(f"node {n.id}: latency on '{cls}'", value, MOST_TIME)
+            for label, value, most in (("cpuLatency", n.cpu_latency, MOST_TIME),
+                                       ("fpgaLatency", n.acc_latency, MOST_TIME),
+                                       ("size", n.size or 0.0, MOST_BYTES)):
+                if not _in_range(value, most):
+                    out += _amount_problems(f"node {n.id}: {label}", value, most)
         backward = {n.id: n.backward for n in self.nodes}
         cost_of: dict[int, float] = {}
         for e in self.edges:
@@ -263,8 +277,8 @@ class Workload:
                     out.append(f"{where}: unknown node id {end}")
             if e.source == e.dest:
                 out.append(f"{where}: self-loop")
-            if not _finite_nonneg(e.cost):
-                out.append(f"{where}: cost must be a finite number >= 0, got {e.cost!r}")
+            if not _in_range(e.cost, MOST_TIME) and (bad := _amount_problems(f"{where}: cost", e.cost, MOST_TIME)):
+                out += bad
             elif e.source in cost_of and abs(cost_of[e.source] - e.cost) > 1e-6 * max(1.0, abs(e.cost)):
                 out.append(f"{where}: cost {e.cost} differs from another out-edge of node {e.source} "
                            f"(cost {cost_of[e.source]}); a cost belongs to the source's tensor")
@@ -290,8 +304,7 @@ class Workload:
             names.append(c.name)
             if isinstance(c.count, bool) or not isinstance(c.count, int) or c.count < 0:
                 out.append(f"{where}: count must be an integer >= 0, got {c.count!r}")
-            if not _finite_nonneg(c.memory):
-                out.append(f"{where}: memory must be a finite number >= 0, got {c.memory!r}")
+            out += _amount_problems(f"{where}: memory", c.memory, MOST_BYTES)
         firsts = [c.device_name(0) for c in self.accelerator_classes if isinstance(c.name, str) and c.name]
         for name in set(firsts) & ({"acc0", "cpu0"} | {x for x in firsts if firsts.count(x) > 1}):
             out.append(f"accelerator classes: two classes would both name a device '{name}'")
@@ -306,9 +319,8 @@ class Workload:
             if frozenset((lk.a, lk.b)) in pairs:
                 out.append(f"{where}: given twice")
             pairs.add(frozenset((lk.a, lk.b)))
-            for label, value in (("scale", lk.scale), ("latency", lk.latency)):
-                if not _finite_nonneg(value):
-                    out.append(f"{where}: {label} must be a finite number >= 0, got {value!r}")
+            for label, value, most in (("scale", lk.scale, MOST_SCALE), ("latency", lk.latency, MOST_TIME)):
+                out += _amount_problems(f"{where}: {label}", value, most)
         return out
 
     # ---- devices ------------------------------------------------------------------------
@@ -518,7 +530,27 @@ def csr(lists) -> tuple[np.ndarray, np.ndarray]:
 # ---- parsing helpers -------------------------------------------------------------------
 
 def _finite_nonneg(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+    # (an int is finite, and math.isfinite cannot take one beyond float's range)
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and \
+        (isinstance(x, int) or math.isfinite(x)) and x >= 0
+
+
+def _in_range(value, most: float) -> bool:
+    """The common case of :func:`_amount_problems` finding none, quickly (a float in range;
+    anything else goes there): validation runs on every sub-workload a solver cuts out."""
+    return type(value) is float and (value == 0.0 or LEAST_POSITIVE <= value <= most)
+
+
+def _amount_problems(name: str, value, most: float) -> list[str]:
+    """The problem with a time, size or scale (``name``: where it is and which) as a list,
+    empty where there is none: a finite number >= 0 that is 0 or from LEAST_POSITIVE to
+    ``most`` (see MOST_TIME)."""
+    if not _finite_nonneg(value):
+        return [f"{name} must be a finite number >= 0, got {value!r}"]
+    if value > most or 0 < value < LEAST_POSITIVE:
+        return [f"{name} must be 0 or from {LEAST_POSITIVE:g} to {most:g}, got {value!r} "
+                f"(outside that, the solvers' float sums lose precision)"]
+    return []
 
 
 def _need(d: dict, key: str, where: str):

@@ -64,13 +64,14 @@ def test_ctrl_c_ends_a_long_solve_within_two_seconds(big_file, method):
 
 
 def test_an_interrupted_write_leaves_no_plan_file(big_file, tmp_path):
-    plan = tmp_path / "plan.json"
-    plan.write_text("the user's\n")
+    plan = tmp_path / "plan.json"  # (a plan an earlier solve wrote: one a user made is refused at once)
+    before = '{"objective": "throughput", "method": "dp", "assignment": {}}\n'
+    plan.write_text(before)
     p = _started(["solve", str(big_file), "--method", "ip", "--time-limit", "120", "-o", str(plan)],
                  wait_for=4.0)
     p.send_signal(signal.SIGINT)
     p.communicate(timeout=30)
-    assert plan.read_text() == "the user's\n"
+    assert plan.read_text() == before
     assert sorted(x.name for x in tmp_path.iterdir()) == ["plan.json"]
 
 

@@ -132,7 +132,8 @@ def _latency_series(w, objective, o):
     plan = series.series_split(w, o.time_limit)
     if plan is None:
         raise SolveError("latency_series needs a graph with at least two cut vertices (nodes every "
-                         "input-to-output path passes through), an accelerator and a CPU")
+                         "input-to-output path passes through), an accelerator and a CPU, and times "
+                         "that add up to well under the workload's limit (1e12 ms)")
     return plan
 
 

@@ -67,12 +67,18 @@ def new_model(solver: str, gap: float, verbose: bool):
 
 def optimize(model, seconds: float):
     """``model.optimize`` for at most ``seconds``; Interrupted where it was stopped (see
-    :func:`_stop_when_interrupted`)."""
+    :func:`_stop_when_interrupted`).  Where HiGHS gives up on the program (its numbers
+    span too wide a range: a node of 1e11 ms beside ones of 1e-5 ms), the status is ERROR
+    and the model holds no solution, as if the time had run out: the caller's warm start
+    and bounds stand."""
     try:
         status = model.optimize(max_seconds=seconds)
     except KeyError:  # python-mip has no name for HiGHS's "interrupted" status
         interrupt.check()
         raise
+    except mip.InterfacingError:  # "Unknown error in call to HiGHS"
+        interrupt.check()
+        return mip.OptimizationStatus.ERROR
     interrupt.check()
     return status
 

@@ -125,7 +125,7 @@ def pipedream(workload: Workload, deadline: float = float("inf")) -> Plan:
                     details={**details, "violations": ["no chain split satisfies memory and support"]})
     assignment, stages = dp.plan_assignment(coarse, inst, best.parts)
     plan = finish(workload, "throughput", "pipedream", assignment, start, details=details, stages=stages)
-    if abs(plan.value - best.value) > 1e-6 * max(1.0, abs(plan.value)):
+    if lattice.disagrees(best.value, plan.value, inst.n, inst.acc, inst.cpu, inst.h_weight):
         raise SolveError(f"internal error: PipeDream DP value {best.value} but the evaluator scores {plan.value}")
     problems = evaluate.check(workload, assignment, contiguity="ideal_chain")
     if problems:

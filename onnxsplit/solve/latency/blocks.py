@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from ...workload import Workload
+from ...workload import MOST_TIME, Workload
 
 
 BLOCK_NODES = 64  # larger blocks get no IP of their own (all on the CPUs, or inside a call)
@@ -97,6 +97,15 @@ def block_workload(w: Workload, block: Block, accelerators: int, first_room: flo
     sub = w.restricted(keep)
     return sub.replace(nodes=tuple(pin(n) if n.id in pinned else n for n in sub.nodes),
                        num_accelerators=accelerators, accelerator_memory=memory)
+
+
+def pinnable(w: Workload) -> bool:
+    """Whether every block's pinned cost (:func:`pinned_cost`, with the most calls the
+    series method and bound give a block: two more than the accelerators) is a time a
+    workload may hold (MOST_TIME); where it is not (times near that limit), the blocks'
+    workloads cannot be built and neither applies."""
+    calls = w.num_accelerators + 2
+    return float(w.cpu_latency.sum() + w.acc_latency.sum() + 2 * (calls + 1) * w.out_cost.sum()) + 1.0 <= MOST_TIME
 
 
 def pinned_cost(w: Workload, block: Block, accelerators: int) -> float:

@@ -65,8 +65,9 @@ def series_lower_bound(w: Workload, deadline: float, target: float = INF,
 def block_parts(w: Workload) -> list[series.Block] | None:
     """The blocks between the cut vertices, where every block is small, every edge stays
     inside a block with its ends, and every node of a block descends from its first end
-    and leads to its last: what the composition assumes; else None."""
-    if w.n == 0 or w.num_cpus == 0 or w.num_accelerators == 0:
+    and leads to its last: what the composition assumes; else None (also where the
+    blocks' ends cannot be pinned: :func:`.blocks.pinnable`)."""
+    if w.n == 0 or w.num_cpus == 0 or w.num_accelerators == 0 or not series.pinnable(w):
         return None
     cuts = series.cut_vertices(w)
     if len(cuts) < 2:

@@ -20,10 +20,10 @@ import numpy as np
 
 from ...plan import Plan
 from ...workload import Workload
-from .. import evaluate
+from .. import anytime, evaluate
 from ..classes import class_members
 from ..finish import finish as wrap
-from .blocks import BLOCK_NODES, Block, block_workload, blocks, cut_vertices
+from .blocks import BLOCK_NODES, Block, block_workload, blocks, cut_vertices, pinnable
 from .ip import solve_latency
 
 SOLVE_SECONDS = 10.0  # at most, for one block's IP
@@ -63,8 +63,9 @@ def block_plans(w: Workload, block: Block, most: int, deadline: float) -> dict[i
         if left <= 0.2:
             break
         sub = block_workload(w, block, t)
-        plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6, warm_start=start,
-                             series_bound=False)
+        with anytime.apart():  # (a bound of the block alone is none of the whole's)
+            plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6, warm_start=start,
+                                 series_bound=False)
         if plan.value is None or plan.value >= best - 1e-9:
             break  # one more call gains nothing: more rarely do
         placed = _on_accelerators(sub, plan.assignment)
@@ -82,7 +83,8 @@ def reaching_plan(w: Workload, block: Block, first_in_call: bool, deadline: floa
         return []
     room = 0.5 * float(w.size[block.inside].sum())
     sub = block_workload(w, block, 1, room if first_in_call else None, None if first_in_call else room)
-    plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6, series_bound=False)
+    with anytime.apart():  # (a bound of the block with its end pinned in a call is none of the whole's)
+        plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6, series_bound=False)
     if plan.value is None:
         return []
     placed = _on_accelerators(sub, plan.assignment)
@@ -96,12 +98,12 @@ def reaching_plan(w: Workload, block: Block, first_in_call: bool, deadline: floa
 
 def series_split(w: Workload, seconds: float) -> Plan | None:
     """The best plan of the family above, or None where the family does not apply: fewer
-    than two cut vertices (once colour classes are kept inside blocks), or no CPU to pin
-    block ends on."""
+    than two cut vertices (once colour classes are kept inside blocks), no CPU to pin
+    block ends on, or times too large to pin them (:func:`.blocks.pinnable`)."""
     begun = time.perf_counter()
     deadline = begun + seconds
     k = w.num_accelerators
-    if w.n == 0 or w.num_cpus == 0 or k == 0:
+    if w.n == 0 or w.num_cpus == 0 or k == 0 or not pinnable(w):
         return None
     cuts = cut_vertices(w)
     if len(cuts) < 2:

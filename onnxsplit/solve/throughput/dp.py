@@ -421,7 +421,7 @@ def solve(workload: Workload, linear_only: bool = False,
         return Plan("throughput", method, status, None, {}, seconds=time.perf_counter() - start, details=details)
     assignment, stages = plan_assignment(workload, best_inst, best.parts)
     scored = evaluate.max_load(workload, assignment).value
-    if abs(scored - best.value) > 1e-6 * max(1.0, abs(scored)):
+    if lattice.disagrees(best.value, scored, best_inst.n, best_inst.acc, best_inst.cpu, best_inst.h_weight):
         raise SolveError(f"internal error: DP value {best.value} but the evaluator scores the plan {scored}")
     problems = evaluate.check(workload, assignment, contiguity="ideal_chain")
     if problems:

@@ -275,7 +275,8 @@ def solve(w: Workload, linear_only: bool = False, ideal_limit: int = lattice.DEF
     if w.peer_links:
         details["peer_links"] = ("planned with transfers staged through host memory (a stage does not "
                                  "know its neighbours' classes); re-scored with the peer links")
-    elif abs(scored - best[0]) > 1e-6 * max(1.0, abs(scored)):
+    elif lattice.disagrees(best[0], scored, inst.n, inst.lat, inst.h_weight * float(w.host_links[:, 0].max()),
+                           inst.h_count * float(w.host_links[:, 1].max())):
         raise SolveError(f"internal error: DP value {best[0]} but the evaluator scores the plan {scored}")
     exact = proven and not w.peer_links
     status = "optimal" if exact else ("time_limit" if timed_out else "feasible")

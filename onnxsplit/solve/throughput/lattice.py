@@ -50,6 +50,18 @@ class Lattice:
         return out
 
 
+def disagrees(dp_value: float, scored: float, items: int, *summed) -> bool:
+    """Whether a DP's value and the evaluator's score of its plan differ by more than
+    rounding: 1e-6 (relative above 1), and what the DP's sums cost.  A part's load is the
+    difference of two prefix sums over ``items`` items and its communication a running sum,
+    each exact to some units in the last place of the totals of ``summed`` (the arrays
+    added up), not of the part: beside one node of 1e12 ms the others' loads are off by
+    about 1e-4."""
+    total = sum(float(np.abs(np.asarray(a, dtype=np.float64)).sum()) for a in summed)
+    rounding = 4.0 * (items + 1) * float(np.finfo(np.float64).eps) * total
+    return abs(scored - dp_value) > 1e-6 * max(1.0, abs(scored)) + rounding
+
+
 def ideal_bytes(n: int, additions: int) -> float:
     """What one ideal of an ``n``-item graph takes while enumerated: its mask (n bits),
     the dict entry finding it, its down-links, and its list of ``additions`` (the items
