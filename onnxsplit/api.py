@@ -145,15 +145,19 @@ def parse_input_values(specs) -> dict[str, float]:
 
 def profile_model(path: str | Path, input_shapes=None, *, output: str | Path | None = None,
                   providers=None, repeats: int = 10, warmup: int = 2, group: bool = True,
-                  force: bool = False, quiet: bool = False, input_fills=None, method: str = "auto"):
+                  force: bool = False, quiet: bool = False, input_fills=None, method: str = "auto",
+                  precision: str = "auto"):
     """Per-node latency on every execution provider present (or ``providers``), read from
     / added to the profile file ``output`` (default: the per-user cache).  ``method``: see
-    :func:`onnxsplit.profile.profile`."""
+    :func:`onnxsplit.profile.profile`; OpenVINO timed in ``precision``, as the main
+    command's (``auto``: its default here)."""
     from . import profile as prof
+    from .providers import openvino
 
-    return prof.profile(path, input_shapes, providers=providers, cache=output, repeats=repeats,
-                        warmup=warmup, group=group, force=force, quiet=quiet,
-                        input_fills=input_fills, method=method)
+    with openvino.computing_in(precision, quiet):
+        return prof.profile(path, input_shapes, providers=providers, cache=output, repeats=repeats,
+                            warmup=warmup, group=group, force=force, quiet=quiet,
+                            input_fills=input_fills, method=method)
 
 
 def load_cluster(path: str | Path | None = None):
@@ -166,11 +170,15 @@ def load_cluster(path: str | Path | None = None):
 def build_workload(path: str | Path, input_shapes=None, *, devices: str | Path | None = None,
                    profile: str | Path | None = None, accelerator: str | None = None,
                    shared_weights: str = "first", activations: str = "outputs",
-                   repeats: int = 10, quiet: bool = False, input_fills=None) -> Workload:
+                   repeats: int = 10, quiet: bool = False, input_fills=None,
+                   precision: str = "auto") -> Workload:
     """The paper's workload for an ONNX model on a cluster (default: this machine), by the
-    main command's route (:func:`onnxsplit.workflow.prepare`) without its calibration."""
+    main command's route (:func:`onnxsplit.workflow.prepare`) without its calibration;
+    OpenVINO timed in ``precision`` as the main command would (``auto``: its default here)."""
+    from .providers import openvino
     from .workflow import prepare  # deliberate: onnx and onnxruntime load only where a model is read
 
-    return prepare(path, devices=devices, input_shapes=input_shapes, profile=profile, accelerator=accelerator,
-                   quiet=quiet, input_fills=input_fills, shared_weights=shared_weights, activations=activations,
-                   repeats=repeats, as_run=False, narrate=False).workload
+    with openvino.computing_in(precision, quiet):
+        return prepare(path, devices=devices, input_shapes=input_shapes, profile=profile, accelerator=accelerator,
+                       quiet=quiet, input_fills=input_fills, shared_weights=shared_weights,
+                       activations=activations, repeats=repeats, as_run=False, narrate=False).workload

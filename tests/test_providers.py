@@ -688,3 +688,23 @@ def test_a_dynamic_openvino_session_compiles_a_few_shapes_and_runs_the_rest_dyna
         np.testing.assert_allclose(served.run(None, {"x": x})[0],
                                    reference(model, {"x": x})[session.get_outputs()[0].name], rtol=1e-4, atol=1e-5)
     assert compiled == [None]
+
+
+def test_profile_and_workload_time_openvino_in_the_main_commands_precision(monkeypatch, tmp_path):
+    """`onnxsplit profile` and `onnxsplit workload` time OpenVINO as the main command would
+    plan with it (--precision auto: OpenVINO's default here), not always in float32; the
+    precision is let go after."""
+    from onnxsplit import api, profile, workflow
+
+    seen = []
+    monkeypatch.setattr(profile, "profile", lambda *a, **k: seen.append(openvino.precision()))
+
+    class Prepared:
+        workload = None
+
+    monkeypatch.setattr(workflow, "prepare", lambda *a, **k: seen.append(openvino.precision()) or Prepared())
+    api.profile_model(tmp_path / "m.onnx", quiet=True)
+    api.build_workload(tmp_path / "m.onnx", quiet=True)
+    api.profile_model(tmp_path / "m.onnx", quiet=True, precision="f32")
+    assert seen == [openvino.default_precision()] * 2 + ["f32"]
+    assert openvino.PRECISION_ENV not in __import__("os").environ
