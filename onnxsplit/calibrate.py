@@ -194,7 +194,7 @@ def measure_loaded(named: Mapping[str, Any], feeds: Mapping[str, Any]) -> dict[s
             got = measure_rounds(loaded, feeds, samples, warmup=1, rounds=ROUNDS,
                                  min_round_s=ROUND_S)
             tries.append((widest_spread(got), got))
-            if tries[-1][0] <= SPREAD_AGAIN / math.sqrt(f):  # (shorter rounds spread wider)
+            if tries[-1][0] <= allowed_spread():
                 break
         spread, best = min(tries, key=lambda x: x[0])
         for k, v in best.items():
@@ -273,14 +273,20 @@ def spread_of(got: Mapping[str, Any]) -> float:
     return max(rates) / min(rates) - 1 if len(rates) > 1 else 0.0
 
 
+def allowed_spread() -> float:
+    """How far a configuration's rounds may spread before they are measured again:
+    SPREAD_AGAIN, wider for rounds shortened by the timing scale (noise over a round falls
+    as the square root of its length)."""
+    return SPREAD_AGAIN / math.sqrt(scale())
+
+
 def noisiest(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
     """The configuration whose kept rounds still spread wider than :func:`measure_loaded`
     allows after its last try ({config, spread, tries}), or None: figures resting on it
     may be far off (a busy machine), which the split says."""
-    allowed = SPREAD_AGAIN / math.sqrt(scale())
     spread, name = max(((v.get("spread", 0.0), k) for k, v in results.items() if "error" not in v),
                        default=(0.0, None))
-    if name is None or spread <= allowed:
+    if name is None or spread <= allowed_spread():
         return None
     return {"config": name, "spread": round(spread, 3), "tries": results[name].get("tries", 1)}
 

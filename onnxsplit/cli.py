@@ -440,10 +440,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _error(what) -> None:
-    """The one line a failed command ends with: a line break inside it (a path holding one)
-    written as \\n, so that it stays one line and cannot forge another."""
-    text = str(what).replace("\r", "\\r").replace("\n", "\\n")
-    print(f"onnxsplit: error: {text}", file=sys.stderr)
+    """The one line a failed command ends with (:func:`.progress.escaped`)."""
+    from .progress import escaped
+
+    print(f"onnxsplit: error: {escaped(str(what))}", file=sys.stderr)
 
 
 def _split(args) -> int:
@@ -720,11 +720,9 @@ def _run(args) -> int:
                   file=sys.stderr)
     bad = not result["verify"]["ok"]
     if bad:  # also on stderr: a script sees why the exit status is 1
-        from .running.verify import why_not
+        from .running.verify import failed
 
-        v = result["verify"]
-        print(f"onnxsplit: check failed: the parts do not reproduce the model (max abs error "
-              f"{v['max_abs_error']:.2g} above {_tolerance_text(v)}{why_not(v)})", file=sys.stderr)
+        print(f"onnxsplit: check failed: {failed(result['verify'])}", file=sys.stderr)
     if args.json:
         print(json.dumps(result))
         return 1 if bad else 0

@@ -716,14 +716,13 @@ def index_bound(graph: OpGraph, name: str) -> int | None:
     into an embedding), a bound every index below is safe for, whatever the Gather's axis
     (the table's smallest dimension): the check then feeds ids spread over the table, not
     the one row a constant id reads (a damaged row elsewhere went unseen); else None."""
-    by_name = {n.name: n for n in graph.nodes}
     t = graph.tensors.get(name)
     if t is None or not t.dtype.startswith(("int", "uint")) or not t.consumers:
         return None
     bounds = []
     for c in t.consumers:
-        node = by_name.get(c)
-        if node is None or node.op_type != "Gather" or node.domain not in ("", "ai.onnx") \
+        node = graph.node(c)
+        if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") \
                 or list(node.inputs[1:2]) != [name] or name in node.inputs[:1]:
             return None
         table = graph.tensors.get(node.inputs[0])

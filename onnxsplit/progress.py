@@ -17,7 +17,13 @@ def say(quiet: bool, text: str) -> None:
     """One line of what a command is doing, on stderr (nothing where ``quiet``; a line
     break inside it, as a path may hold, written as \\n)."""
     if not quiet:
-        print(text.replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr, flush=True)
+        print(escaped(text), file=sys.stderr, flush=True)
+
+
+def escaped(text: str) -> str:
+    """``text`` on one line: a line break inside it written as \\n (a path may hold one),
+    so that it cannot forge another line of the command's."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def shown(quiet: bool = False) -> bool:

@@ -37,7 +37,7 @@ from .profile import ensure_profiled
 from .profile.devices import CPU_EP, shares_cpu
 from .running.manifest import inputs_at
 from .running.runner import RunError, random_feeds, run_parts
-from .running.verify import says, why_not
+from .running.verify import failed
 from .shapes import bytes_text
 from .solve import evaluate, methods
 from .solve.throughput import dp
@@ -740,9 +740,7 @@ def write_parts(prep: Prepared, plan: Plan, out: str | Path, *, force: bool = Fa
                 _check_range(prep, folder, checked)
         v = checked["verify"]
         if not v["ok"]:  # (before the swap: a previous folder at ``out`` stays as it was)
-            raise CheckFailed(f"the parts do not reproduce the model (max abs error {v['max_abs_error']:.2g}, "
-                              f"max rel error {v['max_rel_error']:.2g} -- above {says(v)}{why_not(v)}): not "
-                              f"written to {out}; --no-verify writes them unchecked")
+            raise CheckFailed(f"{failed(v)}: not written to {out}; --no-verify writes them unchecked")
         seconds["verify"] = time.perf_counter() - t
         if timed and "part_ms" in checked:
             _predict_from_parts(prep, machine.Candidate(plan, workload, execution, predicted),

@@ -27,10 +27,16 @@ def parts(tmp_path):
     return out
 
 
-def one_line_error(capsys, argv) -> str:
-    code = main(argv)
+def one_line_error(capsys, argv, *words) -> str:
+    """Run the CLI: it must exit 2 with one stderr line ``onnxsplit: error: ...`` holding
+    every one of ``words``; that line."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:  # (argparse's errors end the process)
+        code = e.code
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("onnxsplit: error: "), err
+    assert all(w in err[0] for w in words), err[0]
     return err[0]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import mip
 import pytest
 
+from test_reliability import one_line_error
 from onnxsplit import api
 from onnxsplit.cli import main
 from onnxsplit.cluster import Cluster
@@ -33,20 +34,6 @@ def _write(tmp_path, data, name="w.json") -> Path:
     return path
 
 
-def _one_line_error(capsys, argv, *words) -> str:
-    """Run the CLI; it must exit 2 with one stderr line ``onnxsplit: error: ...`` holding ``words``."""
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as e:  # argparse's errors end the process
-        rc = e.code
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert rc == 2, (rc, err)
-    assert len(lines) == 1 and lines[0].startswith("onnxsplit: error: "), err
-    assert all(w in lines[0] for w in words), lines[0]
-    return lines[0]
-
-
 def _with_node(demo: dict, field: str, value, index: int = 5) -> dict:
     data = copy.deepcopy(demo)
     data["nodes"][index][field] = value
@@ -64,7 +51,7 @@ def test_a_node_id_beyond_int64_is_one_line_naming_the_node(capsys, tmp_path, de
         for end in ("sourceId", "destId"):
             if e[end] == old:
                 e[end] = new_id
-    line = _one_line_error(capsys, ["solve", _write(tmp_path, data)], f"node {int(new_id)}", "64 bits")
+    line = one_line_error(capsys, ["solve", _write(tmp_path, data)], f"node {int(new_id)}", "64 bits")
     assert "does not fit" in line
 
 
@@ -83,7 +70,7 @@ def test_the_largest_int64_id_still_solves(capsys, tmp_path, demo):
 
 @pytest.mark.parametrize("seed", ["-1", "2147483648", str(10 ** 30), "abc"])
 def test_a_bad_seed_is_one_line(capsys, seed):
-    _one_line_error(capsys, ["solve", DEMO, "--method", "local_search", "--seed", seed], "--seed")
+    one_line_error(capsys, ["solve", DEMO, "--method", "local_search", "--seed", seed], "--seed")
 
 
 # ---- 3. magnitudes beyond float sums, 6. subnormal values ----------------------------------
@@ -100,7 +87,7 @@ def test_a_bad_seed_is_one_line(capsys, seed):
 def test_a_node_number_out_of_range_is_one_line_naming_node_field_and_limit(capsys, tmp_path, demo, field,
                                                                            value, argv, limit):
     data = _with_node(demo, field, value)
-    _one_line_error(capsys, ["solve", _write(tmp_path, data), *argv], f"node {data['nodes'][5]['id']}: {field}",
+    one_line_error(capsys, ["solve", _write(tmp_path, data), *argv], f"node {data['nodes'][5]['id']}: {field}",
                     limit)
 
 
@@ -108,19 +95,19 @@ def test_an_edge_cost_and_link_out_of_range_are_one_line(capsys, tmp_path, demo)
     data = copy.deepcopy(demo)
     data["edges"][3]["cost"] = 1e300
     e = data["edges"][3]
-    _one_line_error(capsys, ["solve", _write(tmp_path, data)], f"edge {e['sourceId']}->{e['destId']}: cost",
+    one_line_error(capsys, ["solve", _write(tmp_path, data)], f"edge {e['sourceId']}->{e['destId']}: cost",
                     "1e+12")
     data = copy.deepcopy(demo)
     data["links"] = [{"between": ["acc", "cpu"], "scale": 1e300, "latency": 1e300}]
-    _one_line_error(capsys, ["solve", _write(tmp_path, data)], "link acc-cpu: scale", "1e+12")
+    one_line_error(capsys, ["solve", _write(tmp_path, data)], "link acc-cpu: scale", "1e+12")
     data["links"] = [{"between": ["acc", "cpu"], "scale": 1.0, "latency": 1e-300}]
-    _one_line_error(capsys, ["solve", _write(tmp_path, data)], "link acc-cpu: latency", "1e-30")
+    one_line_error(capsys, ["solve", _write(tmp_path, data)], "link acc-cpu: latency", "1e-30")
 
 
 def test_memory_beyond_the_spelling_of_unlimited_is_one_line(capsys, tmp_path, demo):
     data = copy.deepcopy(demo)
     data["maxSizePerFPGA"] = 1e300
-    _one_line_error(capsys, ["solve", _write(tmp_path, data)], "maxSizePerFPGA", "1e+18")
+    one_line_error(capsys, ["solve", _write(tmp_path, data)], "maxSizePerFPGA", "1e+18")
 
 
 def test_times_at_the_limit_solve_for_throughput(capsys, tmp_path, demo):
@@ -161,7 +148,7 @@ def test_an_absurd_cluster_link_is_one_line_naming_the_field(capsys, tmp_path):
     with pytest.raises(ClusterError, match=r"links\[0\]\.latency must be 0 or from 1ps"):
         Cluster.from_file(_write(tmp_path, spec, "c.json"))
     tiny_bert = Path(__file__).resolve().parent / "data" / "tiny_bert.onnx"
-    _one_line_error(capsys, ["workload", tiny_bert, "--devices", _write(tmp_path, spec, "c.json")],
+    one_line_error(capsys, ["workload", tiny_bert, "--devices", _write(tmp_path, spec, "c.json")],
                     "links[0].latency")
 
 
@@ -177,8 +164,8 @@ def test_an_absurd_cluster_link_is_one_line_naming_the_field(capsys, tmp_path):
 ])
 def test_a_malformed_split_file_is_one_line_naming_what_is_wrong(capsys, tmp_path, split, words):
     path = _write(tmp_path, split, "split.json")
-    _one_line_error(capsys, ["evaluate", DEMO, path], str(path), *words)
-    _one_line_error(capsys, ["solve", DEMO, "--method", "given", "--split", path], *words)
+    one_line_error(capsys, ["evaluate", DEMO, path], str(path), *words)
+    one_line_error(capsys, ["solve", DEMO, "--method", "given", "--split", path], *words)
 
 
 def test_a_split_with_float_ids_and_empty_entries_still_reads(capsys, tmp_path, demo):

@@ -365,7 +365,9 @@ def whole_model_run(model_path):
     try:
         sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     except Exception as e:
-        raise RunError(f"the original model '{model_path}' cannot be loaded: {' '.join(str(e).split())[:200]}") from None
+        from ..shapes import one_line
+
+        raise RunError(f"the original model '{model_path}' cannot be loaded: {one_line(e)}") from None
     names = [o.name for o in sess.get_outputs()]
     return lambda feeds: dict(zip(names, sess.run(None, feeds)))
 

@@ -128,19 +128,15 @@ class SharedCaches:
 class KeptCaches:
     """One part's caches for each generation in flight, kept in the part's process between
     its calls (``serve --engine ray`` across several parts: a step sends each part what the
-    parts before it made, never a cache).  ``part``: the part as :class:`SharedCaches` reads
-    a loaded parts folder (one part); ``decoder``: :class:`..generate.Decoder`.  In place
-    (one buffer a cache) where the part allows, else each call's presents kept as the
-    session returned them."""
+    parts before it made, never a cache; :func:`kept_why` says where they can).  ``part``:
+    the part as :class:`SharedCaches` reads a loaded parts folder (one part); ``decoder``:
+    :class:`..generate.Decoder`.  In place (one buffer a cache) where ``shared`` (the part
+    allows it: :func:`shared_caches`), else each call's presents kept as ``run(feeds)``,
+    the part's own call, returned them."""
 
-    def __init__(self, part, decoder, most: int = KEPT_GENERATIONS):
-        inputs, outputs = part.io(0)
-        self.part, self.decoder, self.most = part, decoder, most
-        self.caches = {past: present for past, present in decoder.caches.items() if past in inputs}
-        missing = [past for past, present in self.caches.items() if present not in outputs]
-        if missing:
-            raise RunError(f"part {part.parts[0]['name']} reads cache '{missing[0]}' but does not make its present")
-        self.shared = hasattr(part.sessions[0][0], "io_binding") and shared_caches(part, self.caches) is None
+    def __init__(self, part, decoder, shared: bool, run, most: int = KEPT_GENERATIONS):
+        self.part, self.decoder, self.shared, self._run, self.most = part, decoder, shared, run, most
+        self.caches = {past: present for past, present in decoder.caches.items() if past in part.io(0)[0]}
         self.open: dict[str, Any] = {}  # generation -> its SharedCaches, or its presents by past (oldest first)
 
     def run(self, generation: str, first: bool, length: int, feeds: Mapping[str, Any]) -> dict[str, Any]:
@@ -162,12 +158,7 @@ class KeptCaches:
         if self.shared:
             got = state.run(feeds)
         else:
-            inputs, outputs = self.part.io(0)
-            given = {**feeds, **state}
-            try:
-                got = dict(zip(outputs, self.part.sessions[0][0].run(outputs, {t: given[t] for t in inputs})))
-            except Exception as e:
-                raise RunError(f"part {name} failed: {' '.join(str(e).split())[:300]}") from None
+            got = self._run({**feeds, **state})
             state.update({past: got[present] for past, present in self.caches.items()})
         return {o: v for o, v in got.items() if o not in presents}
 

@@ -75,7 +75,6 @@ def field_problem(m: Mapping[str, Any]) -> str | None:
         below = t.get("index_below")
         if below is not None and (isinstance(below, bool) or not isinstance(below, int) or below < 1):
             return f"model.inputs[{i}].index_below must be an integer of at least 1"
-    for i, t in enumerate(model["inputs"]):
         dims = t.get("dims")
         if dims is not None and (not isinstance(dims, list) or not all(d is None or isinstance(d, str)
                                                                       for d in dims)):

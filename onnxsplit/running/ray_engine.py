@@ -192,7 +192,8 @@ class PartActor:
             if decoder is None:
                 raise RunError(f"part {self.spec['name']} holds no caches for this generation "
                                "(its replica restarted)")
-            self._kept = kv_cache.KeptCaches(self._view(), decoder)
+            self._kept = kv_cache.KeptCaches(self._view(), decoder, self._in_place(decoder),
+                                             lambda feeds: self.run(0, feeds))
         merged = dict(feeds)
         for v in values:
             merged.update(v)

@@ -258,13 +258,8 @@ class Gateway:
             first, calls = calls == 0, calls + 1
             sent = {k: v for k, v in feeds.items() if v is not None}
             decoder = self.decoder if first else None
-            responses: list[Any] = []
-            for i, part in enumerate(self.parts):
-                responses.append(part.step.remote(generation, first, length, decoder, sent,
-                                                  *[responses[d] for d in self.deps[i]]))
-            merged: dict = {}
-            for i in self.final:
-                merged.update(await responses[i])
+            merged = await self._composed(lambda part, deps: part.step.remote(generation, first, length, decoder,
+                                                                              sent, *deps))
             return {**{o["name"]: merged[o["name"]] for o in self.outputs if o["name"] in merged}, **presents}
 
         try:
@@ -274,13 +269,19 @@ class Gateway:
                 part.end.remote(generation)
 
     async def _infer(self, feeds: dict) -> dict:
+        merged = await self._composed(lambda part, deps: part.run.remote(0, feeds, *deps))
+        return {o["name"]: merged[o["name"]] for o in self.outputs}
+
+    async def _composed(self, call) -> dict:
+        """The parts called in order, ``call(handle, its producers' responses)`` each (Ray
+        hands a response on without waiting for it here); the final parts' outputs merged."""
         responses: list[Any] = []
         for i, part in enumerate(self.parts):
-            responses.append(part.run.remote(0, feeds, *[responses[d] for d in self.deps[i]]))
+            responses.append(call(part, [responses[d] for d in self.deps[i]]))
         merged: dict = {}
         for i in self.final:
             merged.update(await responses[i])
-        return {o["name"]: merged[o["name"]] for o in self.outputs}
+        return merged
 
 
 def _one_line(e: BaseException) -> str:

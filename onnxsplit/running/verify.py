@@ -188,6 +188,12 @@ def reduced_spread(model_path: str | Path, feeds: Mapping[str, Any], want: Mappi
     return {"precision": precision, "spread": spread([got], want)}
 
 
+def failed(verify: Mapping[str, Any]) -> str:
+    """A failed check in words: its largest errors, the tolerance and what else it saw."""
+    return (f"the parts do not reproduce the model (max abs error {verify['max_abs_error']:.2g}, max rel "
+            f"error {verify['max_rel_error']:.2g} -- above {says(verify)}{why_not(verify)})")
+
+
 def why_not(verify: Mapping[str, Any]) -> str:
     """What a failed check saw beyond its largest error, in words ('' where nothing more):
     NaNs, and where they came from, or no value compared at all."""
