@@ -218,6 +218,28 @@ def test_openvino_as_its_users_run_it_answers_every_sample_in_order(tmp_path, hi
 
 
 @needs_openvino
+def test_openvino_throughput_hint_keeps_one_sample_in_flight_when_asked(tmp_path, monkeypatch):
+    """A latency is measured with one sample in flight: the THROUGHPUT hint's queue must not
+    run its optimal number of requests then (two finishing together read as 0.003 ms)."""
+    import openvino as ov
+
+    made = []
+    real = ov.AsyncInferQueue
+
+    def queue(compiled, jobs):
+        made.append(jobs)
+        return real(compiled, jobs)
+
+    monkeypatch.setattr(ov, "AsyncInferQueue", queue)
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32)
+    peer = openvino.Hinted(model, "THROUGHPUT")
+    feeds = {"x": np.ones((4, 32), dtype=np.float32)}
+    assert len(list(peer.stream([feeds] * 3, depth=1))) == 3
+    assert len(list(peer.stream([feeds] * 3))) == 3
+    assert made == [1, peer.requests]
+
+
+@needs_openvino
 def test_run_measures_openvino_beside_onnxsplit(tmp_path):
     model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32)
     feeds = {"x": np.ones((4, 32), dtype=np.float32)}

@@ -376,10 +376,11 @@ class Hinted:
 
     def stream(self, samples: Iterable[Mapping[str, Any]], depth: int | None = None,
                timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
-        """Samples through an AsyncInferQueue; each sample's outputs in order."""
+        """Samples through an AsyncInferQueue of at most ``depth`` requests (one in flight
+        measures a sample's latency); each sample's outputs in order."""
         import openvino as ov
 
-        queue = ov.AsyncInferQueue(self.compiled, self.requests)
+        queue = ov.AsyncInferQueue(self.compiled, min(self.requests, depth or self.requests))
         done: dict[int, dict[str, Any]] = {}
         cond = threading.Condition()
 
