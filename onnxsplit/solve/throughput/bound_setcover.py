@@ -201,10 +201,13 @@ def _improving_sets(sets: _Sets, master: "_Master", pi: np.ndarray, T: float) ->
     known = master.accelerator_sets()
     worth = np.array([pi[S].sum() for S in known])
     found: list[np.ndarray] = []
+    # the classes a set gains from (priced, supported), dearest first: most prices are 0
+    cand = np.flatnonzero((pi > 1e-12) & sets.supported)
+    priced = cand[np.argsort(-pi[cand], kind="stable")]
     for i in np.argsort(-worth, kind="stable")[:SEEDS]:
         inside = np.zeros(sets.n, dtype=np.bool_)
         inside[known[i]] = True
-        _local_search(inside, pi, T, sets.memory, sets.size, sets.supported, sets.work, sets.c_ptr,
+        _local_search(inside, pi, priced, T, sets.memory, sets.size, sets.work, sets.c_ptr,
                       sets.c_hyper, sets.h_ptr, sets.h_members, sets.weight, MOVES)
         S = np.flatnonzero(inside)
         if pi[S].sum() > 1 + MARGIN and not master.has(S) and not any(np.array_equal(S, F) for F in found):
@@ -432,10 +435,12 @@ def _move(g, add, inside, held, c_ptr, c_hyper):
 
 
 @njit(cache=True, nogil=True)
-def _local_search(inside, pi, T, memory, size, supported, work, c_ptr, c_hyper, h_ptr, h_members, weight, moves):
+def _local_search(inside, pi, priced, T, memory, size, work, c_ptr, c_hyper, h_ptr, h_members, weight, moves):
     """Raise the set's worth at prices ``pi`` keeping it feasible (load <= T, memory):
     add the best-priced class that fits; else drop classes of no worth that lower the
-    load; else swap one class for a better-priced one that fits."""
+    load; else swap one class for a better-priced one that fits.  ``priced``: the
+    supported classes of positive price, dearest first (ties by index), the only ones
+    worth adding, so each scan stops at the first that fits."""
     n = len(inside)
     load, held = _load(inside, work, h_ptr, h_members, weight)
     used = 0.0
@@ -443,12 +448,12 @@ def _local_search(inside, pi, T, memory, size, supported, work, c_ptr, c_hyper, 
         if inside[g]:
             used += size[g]
     for _ in range(moves):
-        best, best_price = -1, 1e-12
-        for g in range(n):
-            if inside[g] or not supported[g] or pi[g] <= best_price or used + size[g] > memory:
-                continue
-            if load + _change(g, True, held, work, c_ptr, c_hyper, h_ptr, weight) <= T:
-                best, best_price = g, pi[g]
+        best = -1
+        for g in priced:
+            if not inside[g] and used + size[g] <= memory and \
+                    load + _change(g, True, held, work, c_ptr, c_hyper, h_ptr, weight) <= T:
+                best = g
+                break
         if best >= 0:
             load += _change(best, True, held, work, c_ptr, c_hyper, h_ptr, weight)
             _move(best, True, inside, held, c_ptr, c_hyper)
@@ -466,17 +471,21 @@ def _local_search(inside, pi, T, memory, size, supported, work, c_ptr, c_hyper, 
         if dropped:
             continue
         gain, out, into = 1e-9, -1, -1
+        if len(priced) == 0:
+            break
         for a in range(n):
-            if not inside[a]:
+            if not inside[a] or pi[priced[0]] - pi[a] <= gain:
                 continue
             da = _change(a, False, held, work, c_ptr, c_hyper, h_ptr, weight)
             _move(a, False, inside, held, c_ptr, c_hyper)
-            for b in range(n):
-                if (inside[b] or b == a or not supported[b] or pi[b] - pi[a] <= gain
-                        or used - size[a] + size[b] > memory):
+            for b in priced:  # dearest first: the first that fits is a's best swap
+                if pi[b] - pi[a] <= gain:
+                    break
+                if inside[b] or b == a or used - size[a] + size[b] > memory:
                     continue
                 if load + da + _change(b, True, held, work, c_ptr, c_hyper, h_ptr, weight) <= T:
                     gain, out, into = pi[b] - pi[a], a, b
+                    break
             _move(a, True, inside, held, c_ptr, c_hyper)
         if out < 0:
             break

@@ -22,7 +22,7 @@ from .. import anytime, evaluate
 from ..classes import Classes, build_classes
 from ..finish import status_label
 from ..milp import add_contiguity, crossing, finite, new_model, optimize
-from . import bound_parts, bound_setcover, bound_spread, improve_pairs, ip_routed
+from . import bound_offload, bound_parts, bound_setcover, bound_spread, improve_pairs, ip_routed
 from .bounds import lifted, split_bound
 
 def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: bool = False,
@@ -38,7 +38,8 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     2. :meth:`_Search.pairs` -- the best start re-divided two devices at a time
        (:mod:`.improve_pairs`, at most PAIRS_SHARE).
     3. :meth:`_Search.prove` -- where transfers are much of the load: a short try of the
-       full program (FIRST_TRY_SHARE), then a set-covering certificate on a thread of its
+       full program (FIRST_TRY_SHARE), the CPUs' share with its transfers
+       (:mod:`.bound_offload`, OFFLOAD_SHARE), then a set-covering certificate on a thread of its
        own (:mod:`.bound_setcover`), a spreading-metric bound (:mod:`.bound_spread`,
        SPREAD_SHARE) and bounds from parts of the graph (:mod:`.bound_parts`, PARTS_SHARE).
     4. :meth:`_Search.full_program` -- the full program warm-started from the best plan,
@@ -135,6 +136,15 @@ class _Search:
         # not proven: keep what it found, then the bounds, then the full program afresh
         self.floor = max(self.floor, full.bound() or 0.0)
         self.keep_if_better(full.assignment())
+        if not self.split_passes:
+            # what the CPUs take, with the tensors it costs (the split bound's is free)
+            phase_start = time.perf_counter()
+            offload = bound_offload.offload_bound(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory,
+                                                  self.best_value, time_limit * OFFLOAD_SHARE)
+            details["offload_bound"], details["offload_seconds"] = offload, time.perf_counter() - phase_start
+            if offload is not None and offload > self.floor:
+                self.floor = offload
+                anytime.prove(offload)
         self.certificate = certificate = _start_certificate(w, cl, self.best_start, self.best_value, self.floor,
                                                             self.split_passes, self.left())
         if not self.split_passes:
@@ -282,6 +292,7 @@ TRANSFER_FREE_SHARE = 0.3  # of the time limit, at most, for the transfer-free p
 PARTS_SHARE = 0.3  # of the time limit, at most, for the bounds on parts of the graph
 SETPART_GAP = 0.0099  # the certificate is sought this far below the best plan
 SPREAD_SHARE = 0.15  # of the time limit, at most, for the spreading-metric bound
+OFFLOAD_SHARE = 0.1  # of the time limit, at most, for the CPUs' share with its transfers (3 small MIPs)
 # of the time limit, for the full program before the parts: its heuristics find the plan
 # the certificate is sought below (op-level BERT-12 training: 418.32 to 373.42 after 17 s;
 # with 10% the certificate started from 418.32 and, in the bench, none came: 14.27%)

@@ -1,0 +1,141 @@
+"""A lower bound on the max load that charges what the CPUs take with its transfers (the
+throughput IP's bound).
+
+The split bound lets the CPUs take accelerator work as if it were divisible and free to
+move.  In a plan, the accelerators together carry all the work the CPUs do not (W less
+gross(C), for the classes C on the CPUs) plus each accelerator's boundary: every tensor
+between C and an accelerator is paid at least once, and each accelerator, holding at least
+a = W - gross* - (k - 1) T of work (the rest when the others hold T each), pays at least
+c*, the least boundary of any set of work in [a, T] that fits one accelerator.  So
+
+    k T >= W - min(net*, gross* - k c*)
+
+with net* the most any C gains net of its tensors (gross(C) - cross(C)) and gross* the
+most it gains at all, C of CPU time at most l T: each a small MIP (where one stops short,
+its dual bound still holds).  Memory and the CPUs' split into l cores only remove plans.
+
+Write-up: docs/throughput.md (ip, phase 4: The CPUs' share with its transfers).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import highspy
+import numpy as np
+
+SHARE_OF_TIME = (0.2, 0.4, 0.4)  # of the seconds given: gross*, net*, c*
+
+
+def offload_bound(cl, k: int, l: int, memory: float, upper: float, seconds: float,
+                  stop: threading.Event | None = None) -> float | None:
+    """The bound for every plan of max load at most ``upper`` (the best plan's: the
+    optimum is no higher) of the classes ``cl`` (:class:`..classes.Classes`) on ``k``
+    accelerators and ``l`` CPUs; None where it does not apply (no accelerator or no CPU,
+    or a MIP gave no bound in time)."""
+    if k == 0 or l == 0 or not np.isfinite(upper) or upper <= 0:
+        return None
+    deadline = time.perf_counter() + seconds
+    acc = (cl.acc_fwd + cl.acc_bwd).astype(np.float64)
+    cpu = (cl.cpu_fwd + cl.cpu_bwd).astype(np.float64)
+    supported = np.asarray(cl.supported, dtype=bool)
+    work = np.where(supported, acc, 0.0)
+    W = float(work.sum())
+    # on the CPUs: every class the accelerators cannot run; none a core cannot run within upper
+    must = (~supported).astype(np.float64)
+    may = np.maximum(np.where(cpu <= upper, 1.0, 0.0), must)
+    if float(cpu[must > 0].sum()) > l * upper:
+        return None
+
+    def left(share: float) -> float:
+        return max(0.0, min(seconds * share, deadline - time.perf_counter()))
+
+    gross = _solved_bound(_offload(cl, work, cpu, must, may, l * upper, transfers=False), left(SHARE_OF_TIME[0]), stop)
+    if gross is None:
+        return None
+    net = _solved_bound(_offload(cl, work, cpu, must, may, l * upper, transfers=True), left(SHARE_OF_TIME[1]), stop)
+    gained = gross if net is None else min(gross, net)
+    least = W - gross - (k - 1) * upper  # the least work an accelerator holds
+    if least > 0:
+        boundary = _solved_bound(_boundary(cl, work, supported, np.asarray(cl.size, dtype=np.float64), memory,
+                                      least, upper), left(SHARE_OF_TIME[2]), stop)
+        if boundary is not None:
+            gained = min(gained, gross - k * boundary)
+    return (W - gained) / k
+
+
+def _highs(maximize: bool) -> highspy.Highs:
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.changeObjectiveSense(highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize)
+    return h
+
+
+def _binaries(h: highspy.Highs, lower: np.ndarray, upper: np.ndarray) -> None:
+    n = len(lower)
+    h.addVars(n, lower, upper)
+    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.array([highspy.HighsVarType.kInteger] * n))
+
+
+def _crossings(h: highspy.Highs, cl, first: int) -> None:
+    """A variable per tensor (from column ``first``, priced by its weight in the objective's
+    direction by the caller) at least |member - source| for each of its members."""
+    source, ptr, members, weight = cl.hyper_arrays()
+    H = len(weight)
+    h.addVars(H, np.zeros(H), np.ones(H))
+    starts, index, value = [], [], []
+    for e in range(H):
+        for m in members[ptr[e]:ptr[e + 1]]:
+            if m != source[e]:
+                for sign in (1.0, -1.0):
+                    starts.append(len(index))
+                    index += [first + e, int(m), int(source[e])]
+                    value += [1.0, -sign, sign]
+    if starts:
+        h.addRows(len(starts), np.zeros(len(starts)), np.full(len(starts), highspy.kHighsInf), len(index),
+                  np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32), np.array(value))
+
+
+def _offload(cl, work, cpu, must, may, capacity: float, transfers: bool) -> highspy.Highs:
+    """max gross(C) (less cross(C) with ``transfers``) over C of CPU time <= capacity."""
+    n = len(work)
+    h = _highs(maximize=True)
+    _binaries(h, must, may)
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), work)
+    h.addRow(-highspy.kHighsInf, float(capacity), n, np.arange(n, dtype=np.int32), cpu)
+    if transfers:
+        _crossings(h, cl, n)
+        H = len(cl.hyper)
+        h.changeColsCost(H, np.arange(n, n + H, dtype=np.int32), -cl.hyper_arrays()[3])
+    return h
+
+
+def _boundary(cl, work, supported, size, memory: float, least: float, most: float) -> highspy.Highs:
+    """min cross(S) over sets S an accelerator could hold of work in [least, most]."""
+    n = len(work)
+    h = _highs(maximize=False)
+    _binaries(h, np.zeros(n), np.where(supported, 1.0, 0.0))
+    _crossings(h, cl, n)
+    H = len(cl.hyper)
+    h.changeColsCost(H, np.arange(n, n + H, dtype=np.int32), cl.hyper_arrays()[3])
+    h.addRow(float(least), float(most), n, np.arange(n, dtype=np.int32), work)
+    if np.isfinite(memory):
+        h.addRow(-highspy.kHighsInf, float(memory), n, np.arange(n, dtype=np.int32), size)
+    return h
+
+
+def _solved_bound(h: highspy.Highs, seconds: float, stop: threading.Event | None) -> float | None:
+    """The MIP's dual bound after at most ``seconds``; None where it has none (or none could
+    be: the MIP is infeasible, where the caller's sets do not exist)."""
+    if seconds <= 0:
+        return None
+    h.setOptionValue("time_limit", float(seconds))
+    if stop is not None:
+        h.cbMipInterrupt.subscribe(lambda event: event.interrupt() if stop.is_set() else None)
+    h.run()
+    status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return None
+    bound = float(h.getInfo().mip_dual_bound)
+    return bound if np.isfinite(bound) else None
