@@ -454,8 +454,8 @@ class _Handle:
 
 @pytest.mark.parametrize("layout", ["concatenating", "genai"])
 def test_ray_parts_keep_a_generations_caches_between_its_steps(split, tmp_path, layout):
-    """serve --engine ray, a decoder across two parts: each part's replica keeps its caches
-    between a generation's calls (kv_cache.KeptCaches: in place for onnxruntime-genai's
+    """serve --engine ray, a decoder across two parts: the first part's replica drives each
+    generation, and each part's replica keeps its caches between a generation's calls (kv_cache.KeptCaches: in place for onnxruntime-genai's
     layout, handed from call to call inside the replica for one that concatenates), so a
     step after the first sends no cache; two generations at once keep theirs apart and give
     the reference's tokens; each part lets them go at the end; a replica that lost them
@@ -494,8 +494,11 @@ def test_ray_parts_keep_a_generations_caches_between_its_steps(split, tmp_path, 
     for a, prompt, n in zip(answers, prompts, (12, 7)):
         assert a.status_code == 200, a.body
         assert json.loads(a.body)["output_ids"] == gen.generate(gen.whole_model_run(model), decoder, prompt, n).tokens
+    # each generation driven from the first part's replica (PartActor.drive): the first part
+    # in process, the second through its handle, one call a token (each prompt in one call)
+    assert [name for name, _ in calls].count("drive") == 2
     steps = [args for name, args in calls if name == "step"]
-    assert len(steps) == 2 * (12 + 7)  # (both parts, one call a token; each prompt in one call)
+    assert len(steps) == 12 + 7
     later = [args[4] for args in steps if not args[1]]
     assert later and not any(set(feeds) & set(decoder.caches) for feeds in later)
     assert all(a._kept.open == {} for a in actors)

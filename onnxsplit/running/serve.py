@@ -235,38 +235,18 @@ class Gateway:
 
     async def _generation(self, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
         """The greedy loop: in the part's own replica where the decoder is one part (its
-        caches stay there), else here, a forward pass of the parts a token: each part
-        keeping its caches between calls where it can (:meth:`_kept_loop`), else handed
-        back to it each step (:meth:`_infer`)."""
+        caches stay there); in the first part's replica where each part keeps its caches
+        between calls (``PartActor.drive``); else here, a forward pass of the parts a
+        token, the caches handed back to the parts each step (:meth:`_infer`)."""
         if len(self.parts) == 1 and hasattr(self.parts[0], "generate"):
             return await self.parts[0].generate.remote(self.decoder, prompt, max_tokens, eos, chunk)
-        if self.kept_why is None:
-            return await self._kept_loop(prompt, max_tokens, eos, chunk)
+        if self.kept_why is None:  # driven from the first part's replica (PartActor.drive)
+            import uuid
+
+            return await self.parts[0].drive.remote(uuid.uuid4().hex, list(self.parts), 0, self.deps, self.final,
+                                                    [o["name"] for o in self.outputs], self.decoder, prompt,
+                                                    max_tokens, eos, chunk)
         return await generate_async(self._infer, self.decoder, prompt, max_tokens, eos, chunk)
-
-    async def _kept_loop(self, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
-        """The loop across parts that keep their caches (``PartActor.step``): the first
-        call sends the empty past and the decoder, later ones only the ids, the mask and
-        what parts hand on; every part lets the generation's caches go at its end."""
-        import uuid
-
-        generation, length, calls = uuid.uuid4().hex, len(prompt) + max_tokens, 0
-        presents = dict.fromkeys(self.decoder.caches.values())  # (kept by the parts: not handed back)
-
-        async def run(feeds: dict) -> dict:
-            nonlocal calls
-            first, calls = calls == 0, calls + 1
-            sent = {k: v for k, v in feeds.items() if v is not None}
-            decoder = self.decoder if first else None
-            merged = await self._composed(lambda part, deps: part.step.remote(generation, first, length, decoder,
-                                                                              sent, *deps))
-            return {**{o["name"]: merged[o["name"]] for o in self.outputs if o["name"] in merged}, **presents}
-
-        try:
-            return await generate_async(run, self.decoder, prompt, max_tokens, eos, chunk)
-        finally:
-            for part in self.parts:
-                part.end.remote(generation)
 
     async def _infer(self, feeds: dict) -> dict:
         merged = await self._composed(lambda part, deps: part.run.remote(0, feeds, *deps))
@@ -320,11 +300,16 @@ def application(parts_dir: str | Path, name: str | None = None, *, fallback_cpu:
     shipped = ship_parts(folder, specs) if ship else {}
     bound = []
     in_flight, max_ongoing = gateway_limits(specs, batched, max_ongoing)
-    for p, (providers, threads, opts, _, device_id) in zip(
-            specs, actor_plans(specs, ray.cluster_resources(), 1, fallback_cpu)):
+    decoder = decoder_of(manifest["model"])
+    # the first part drives each generation whose parts keep their caches (PartActor.drive),
+    # one request as long as the generation: the gateway's own limit bounds them
+    drives = decoder is not None and len(specs) > 1 and kv_cache.kept_why(specs, decoder.caches) is None
+    for i, (p, (providers, threads, opts, _, device_id)) in enumerate(zip(
+            specs, actor_plans(specs, ray.cluster_resources(), 1, fallback_cpu))):
         level = p.get("optimization")
         part = serve.deployment(PartActor, name=p["name"], num_replicas=max(1, int(p.get("replicas") or 1)),
-                                ray_actor_options=opts, max_ongoing_requests=2)
+                                ray_actor_options=opts,
+                                max_ongoing_requests=2 + (max_ongoing if drives and i == 0 else 0))
         bound.append(part.bind(p, str(folder), shipped.get(p["file"]), providers, threads, level == "all",
                                device_id, True, alone=len(specs) == 1))
     # the gateway itself holds what it takes and answers 503 beyond (Serve's own limits are
