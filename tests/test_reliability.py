@@ -200,6 +200,25 @@ def test_parts_in_bf16_may_move_as_far_as_the_whole_model_does_in_it_not_more():
     assert not verify_tolerance(far, accelerated=True, reduced=reduced)["ok"]
 
 
+def test_an_output_that_moves_as_far_as_its_values_cannot_be_checked():
+    """A numerically chaotic model (x1e7, then Sin) moves by as much as its values between
+    onnxruntime's configurations, or in bf16: a tolerance grounded in that move would pass
+    parts computing garbage, so the check fails and says it cannot tell."""
+    from onnxsplit.running.verify import UNCHECKABLE_SHARE, failed
+
+    want = {"y": np.array([0.9, -0.4], np.float32)}
+    garbage = compare_outputs({"y": np.array([-0.5, 0.3], np.float32)}, want)
+    for grounds in ({"own": {"y": 0.8}}, {"reduced": {"precision": "bf16", "spread": {"y": 0.5}}}):
+        v = verify_tolerance(garbage, accelerated=True, **grounds)
+        assert not v["ok"] and v["allowed"]["y"]["uncheckable"]
+        assert failed({**garbage, **v}).startswith("the check cannot tell whether the parts reproduce the model: "
+                                                  "output 'y' may be off by")
+    # below the share, the same grounds hold as before
+    fine = compare_outputs({"y": np.array([0.901, -0.4], np.float32)}, want)
+    v = verify_tolerance(fine, accelerated=False, own={"y": 0.9 * UNCHECKABLE_SHARE / 20})  # (allowed: half the share)
+    assert v["ok"] and "uncheckable" not in v["allowed"]["y"]
+
+
 def test_the_reference_spread_is_the_models_own(tmp_path):
     """The original run as the reference and in onnxruntime's default session: an MLP's
     float outputs move a little (another summation order) or not at all, never by more
