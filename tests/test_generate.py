@@ -531,6 +531,10 @@ def test_a_ray_part_holding_the_whole_decoder_generates_in_its_replica(split, tm
     made = actor.generate(decoder, PROMPT, 12, None, None)
     assert made.tokens == reference(model, PROMPT, 12)
     assert not actor._in_place(decoder)  # (this decoder's attention concatenates: handed on)
+    assert actor.generate(decoder, PROMPT, 12, None, None, 60.0).tokens == made.tokens
+    # the gateway gave up at the request's timeout: the replica's loop stops at its next token
+    with pytest.raises(gen.RunError, match="ran past its request's timeout"):
+        actor.generate(decoder, PROMPT, 12, None, None, 0.0)
 
 
 def test_a_ray_part_alone_lets_its_threads_spin_as_the_runner_does(split, tmp_path):

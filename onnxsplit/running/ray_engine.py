@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import logging
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -162,7 +163,8 @@ class PartActor:
                            f"{' '.join(str(e).split())[:300]}") from None
         return dict(zip(self.outputs, got))
 
-    def generate(self, decoder, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
+    def generate(self, decoder, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None,
+                 seconds: float | None = None):
         """A whole greedy generation on this part alone (a decoder kept in one part): each
         step's caches stay in this actor, not one round trip through Ray a token, and in
         place where the part allows (:mod:`.kv_cache`: one buffer a cache, bound as past
@@ -178,16 +180,17 @@ class PartActor:
         else:
             def step(feeds):
                 return self.run(0, feeds)
-        return generate(step, decoder, prompt, max_tokens, eos, chunk=chunk)
+        return generate(_within(step, seconds), decoder, prompt, max_tokens, eos, chunk=chunk)
 
     def drive(self, generation: str, parts: list, me: int, deps: list[list[int]], final: list[int],
-              outputs: list[str], decoder, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
+              outputs: list[str], decoder, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None,
+              seconds: float | None = None):
         """A whole greedy generation across several parts that keep their caches (:meth:`step`),
         run from this part's replica (part ``me`` of ``parts``, the others' Serve handles):
         each token calls this part in process and the others through their handles, each
         response handed on as it is (``deps``: each part's producers), so a token costs
         one hop a part fewer than from the gateway.  ``final``: the parts that make the
-        model's ``outputs``."""
+        model's ``outputs``; ``seconds``: the request's time left (:func:`_within`)."""
         from .generate import generate
 
         length, calls = len(prompt) + max_tokens, 0
@@ -215,7 +218,7 @@ class PartActor:
             return {**{o: merged[o] for o in outputs if o in merged}, **presents}
 
         try:
-            return generate(step, decoder, prompt, max_tokens, eos, chunk=chunk)
+            return generate(_within(step, seconds), decoder, prompt, max_tokens, eos, chunk=chunk)
         finally:
             for i, part in enumerate(parts):
                 if i == me:
@@ -261,6 +264,21 @@ class PartActor:
             self._shared = hasattr(self.session, "io_binding") and \
                 kv_cache.shared_caches(self._view(), decoder.caches) is None
         return self._shared
+
+
+def _within(step, seconds: float | None):
+    """``step`` refused once ``seconds`` have passed (None: no limit): a generation run in a
+    replica, whose gateway gave up on it at the request's timeout, stops at its next token
+    there too (a sync method is not interrupted), letting its caches go."""
+    if seconds is None:
+        return step
+    deadline = time.monotonic() + seconds
+
+    def bounded(feeds):
+        if time.monotonic() > deadline:
+            raise RunError(f"the generation ran past its request's timeout ({seconds * 1000:.0f} ms left when it began)")
+        return step(feeds)
+    return bounded
 
 
 class _OnePart:

@@ -226,26 +226,29 @@ class Gateway:
         except RunError as e:
             raise ProtocolError(str(e)) from None
         try:
-            made = await asyncio.wait_for(self._generation(asked["prompt"], asked["max_tokens"], asked["eos"], chunk),
-                                          left())
+            seconds = left()
+            made = await asyncio.wait_for(self._generation(asked["prompt"], asked["max_tokens"], asked["eos"], chunk,
+                                                           seconds), seconds)
         except asyncio.TimeoutError:
             raise self._late() from None
         self.stats.execution(1, 1, int(1e9 * (made.prefill_s + sum(made.step_s))))
         return Response(encode_generate(self.name, made, asked["id"]), headers={"Content-Type": "application/json"})
 
-    async def _generation(self, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
+    async def _generation(self, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None,
+                          seconds: float | None = None):
         """The greedy loop: in the part's own replica where the decoder is one part (its
         caches stay there); in the first part's replica where each part keeps its caches
         between calls (``PartActor.drive``); else here, a forward pass of the parts a
-        token, the caches handed back to the parts each step (:meth:`_infer`)."""
+        token, the caches handed back to the parts each step (:meth:`_infer`).  ``seconds``:
+        the request's time left, after which a replica's loop stops too."""
         if len(self.parts) == 1 and hasattr(self.parts[0], "generate"):
-            return await self.parts[0].generate.remote(self.decoder, prompt, max_tokens, eos, chunk)
+            return await self.parts[0].generate.remote(self.decoder, prompt, max_tokens, eos, chunk, seconds)
         if self.kept_why is None:  # driven from the first part's replica (PartActor.drive)
             import uuid
 
             return await self.parts[0].drive.remote(uuid.uuid4().hex, list(self.parts), 0, self.deps, self.final,
                                                     [o["name"] for o in self.outputs], self.decoder, prompt,
-                                                    max_tokens, eos, chunk)
+                                                    max_tokens, eos, chunk, seconds)
         return await generate_async(self._infer, self.decoder, prompt, max_tokens, eos, chunk)
 
     async def _infer(self, feeds: dict) -> dict:
