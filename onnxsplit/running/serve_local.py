@@ -114,10 +114,13 @@ class LocalGateway(Gateway):
         outputs = await asyncio.wrap_future(self.service.submit(feeds))
         return {o["name"]: outputs[o["name"]] for o in self.outputs}
 
-    async def _generation(self, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None):
+    async def _generation(self, prompt: list[int], max_tokens: int, eos: int | None, chunk: int | None,
+                          seconds: float | None = None):
         """The whole loop on a thread of its own, the caches in place where the parts allow
         (:mod:`.kv_cache`, buffers of this generation's length: as ``onnxsplit generate``
-        runs), else handed from step to step in this process; generations run side by side."""
+        runs), else handed from step to step in this process; generations run side by side.
+        (``seconds`` is not needed here: the loop ends at its next step once the request
+        is given up.)"""
         parts, decoder = self.service.parts, self.decoder
         given_up = threading.Event()  # the request timed out (or its client left): the loop ends at its next step
 
