@@ -21,7 +21,9 @@ more, and no looser.
 
 An output whose allowed error, so grounded, reaches UNCHECKABLE_SHARE of its largest value
 cannot be checked (a numerically chaotic model): the check fails and says so, since parts
-computing garbage would pass it.  Integer and boolean outputs must be equal; a NaN anywhere fails (the original's too: a
+computing garbage would pass it.
+
+Integer and boolean outputs must be equal; a NaN anywhere fails (the original's too: a
 NaN compares with nothing, and weights that make one must not pass), as does an infinity
 the original does not have, and a check that compared no value at all (every output
 empty).  Wrong wiring, zeroed or garbage weights give errors of the outputs' own size;

@@ -25,6 +25,8 @@ import time
 import highspy
 import numpy as np
 
+from .bound_setcover import add_crossings
+
 SHARE_OF_TIME = (0.2, 0.4, 0.4)  # of the seconds given: gross*, net*, c*
 
 
@@ -42,6 +44,7 @@ def offload_bound(cl, k: int, l: int, memory: float, upper: float, seconds: floa
     supported = np.asarray(cl.supported, dtype=bool)
     work = np.where(supported, acc, 0.0)
     W = float(work.sum())
+    tensors = cl.hyper_arrays()  # (source, pointer, members, weight)
     # on the CPUs: every class the accelerators cannot run; none a core cannot run within upper
     must = (~supported).astype(np.float64)
     may = np.maximum(np.where(cpu <= upper, 1.0, 0.0), must)
@@ -51,15 +54,17 @@ def offload_bound(cl, k: int, l: int, memory: float, upper: float, seconds: floa
     def left(share: float) -> float:
         return max(0.0, min(seconds * share, deadline - time.perf_counter()))
 
-    gross = _solved_bound(_offload(cl, work, cpu, must, may, l * upper, transfers=False), left(SHARE_OF_TIME[0]), stop)
+    gross = _solved_bound(_offload(tensors, work, cpu, must, may, l * upper, transfers=False),
+                          left(SHARE_OF_TIME[0]), stop)
     if gross is None:
         return None
-    net = _solved_bound(_offload(cl, work, cpu, must, may, l * upper, transfers=True), left(SHARE_OF_TIME[1]), stop)
+    net = _solved_bound(_offload(tensors, work, cpu, must, may, l * upper, transfers=True),
+                        left(SHARE_OF_TIME[1]), stop)
     gained = gross if net is None else min(gross, net)
     least = W - gross - (k - 1) * upper  # the least work an accelerator holds
     if least > 0:
-        boundary = _solved_bound(_boundary(cl, work, supported, np.asarray(cl.size, dtype=np.float64), memory,
-                                      least, upper), left(SHARE_OF_TIME[2]), stop)
+        boundary = _solved_bound(_boundary(tensors, work, supported, np.asarray(cl.size, dtype=np.float64), memory,
+                                           least, upper), left(SHARE_OF_TIME[2]), stop)
         if boundary is not None:
             gained = min(gained, gross - k * boundary)
     return (W - gained) / k
@@ -78,26 +83,7 @@ def _binaries(h: highspy.Highs, lower: np.ndarray, upper: np.ndarray) -> None:
     h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.array([highspy.HighsVarType.kInteger] * n))
 
 
-def _crossings(h: highspy.Highs, cl, first: int) -> None:
-    """A variable per tensor (from column ``first``, priced by its weight in the objective's
-    direction by the caller) at least |member - source| for each of its members."""
-    source, ptr, members, weight = cl.hyper_arrays()
-    H = len(weight)
-    h.addVars(H, np.zeros(H), np.ones(H))
-    starts, index, value = [], [], []
-    for e in range(H):
-        for m in members[ptr[e]:ptr[e + 1]]:
-            if m != source[e]:
-                for sign in (1.0, -1.0):
-                    starts.append(len(index))
-                    index += [first + e, int(m), int(source[e])]
-                    value += [1.0, -sign, sign]
-    if starts:
-        h.addRows(len(starts), np.zeros(len(starts)), np.full(len(starts), highspy.kHighsInf), len(index),
-                  np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32), np.array(value))
-
-
-def _offload(cl, work, cpu, must, may, capacity: float, transfers: bool) -> highspy.Highs:
+def _offload(tensors, work, cpu, must, may, capacity: float, transfers: bool) -> highspy.Highs:
     """max gross(C) (less cross(C) with ``transfers``) over C of CPU time <= capacity."""
     n = len(work)
     h = _highs(maximize=True)
@@ -105,24 +91,30 @@ def _offload(cl, work, cpu, must, may, capacity: float, transfers: bool) -> high
     h.changeColsCost(n, np.arange(n, dtype=np.int32), work)
     h.addRow(-highspy.kHighsInf, float(capacity), n, np.arange(n, dtype=np.int32), cpu)
     if transfers:
-        _crossings(h, cl, n)
-        H = len(cl.hyper)
-        h.changeColsCost(H, np.arange(n, n + H, dtype=np.int32), -cl.hyper_arrays()[3])
+        _crossing_columns(h, tensors, n, -tensors[3])
     return h
 
 
-def _boundary(cl, work, supported, size, memory: float, least: float, most: float) -> highspy.Highs:
+def _boundary(tensors, work, supported, size, memory: float, least: float, most: float) -> highspy.Highs:
     """min cross(S) over sets S an accelerator could hold of work in [least, most]."""
     n = len(work)
     h = _highs(maximize=False)
     _binaries(h, np.zeros(n), np.where(supported, 1.0, 0.0))
-    _crossings(h, cl, n)
-    H = len(cl.hyper)
-    h.changeColsCost(H, np.arange(n, n + H, dtype=np.int32), cl.hyper_arrays()[3])
+    _crossing_columns(h, tensors, n, tensors[3])
     h.addRow(float(least), float(most), n, np.arange(n, dtype=np.int32), work)
     if np.isfinite(memory):
         h.addRow(-highspy.kHighsInf, float(memory), n, np.arange(n, dtype=np.int32), size)
     return h
+
+
+def _crossing_columns(h: highspy.Highs, tensors, first: int, cost: np.ndarray) -> None:
+    """A variable per tensor (from column ``first``, at ``cost`` each), 1 where it crosses
+    (:func:`.bound_setcover.add_crossings`)."""
+    source, ptr, members, _ = tensors
+    H = len(cost)
+    h.addVars(H, np.zeros(H), np.ones(H))
+    h.changeColsCost(H, np.arange(first, first + H, dtype=np.int32), cost)
+    add_crossings(h, source, ptr, members, first)
 
 
 def _solved_bound(h: highspy.Highs, seconds: float, stop: threading.Event | None) -> float | None:

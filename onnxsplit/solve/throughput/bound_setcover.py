@@ -357,18 +357,7 @@ class _Pricing:
         every = np.arange(n + H, dtype=np.int32)
         h.addRow(-inf, float(T), n + H, every, np.concatenate([sets.work, sets.weight]))
         h.addRow(-inf, sets.memory, n, every[:n], sets.size)
-        starts, index, value = [], [], []
-        for e in range(H):
-            source = sets.h_source[e]
-            for m in sets.h_members[sets.h_ptr[e]:sets.h_ptr[e + 1]]:
-                if m != source:
-                    for sign in (1.0, -1.0):  # crossing >= +-(member - source)
-                        starts.append(len(index))
-                        index += [n + e, m, source]
-                        value += [1.0, -sign, sign]
-        if starts:
-            h.addRows(len(starts), np.zeros(len(starts)), np.full(len(starts), inf), len(index),
-                      np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32), np.array(value))
+        add_crossings(h, sets.h_source, sets.h_ptr, sets.h_members, n)
         self.base_rows = h.getNumRow()
 
     def find(self, pi: np.ndarray, rhs: float, seconds: float):
@@ -390,6 +379,24 @@ class _Pricing:
             if pi[S].sum() >= rhs * (1 - MARGIN) - 1e-12:
                 return S, False
         return None, False
+
+
+def add_crossings(h: highspy.Highs, h_source, h_ptr, h_members, first: int) -> None:
+    """Rows making each tensor's variable (column ``first + e``, the caller's) at least
+    |member - source| for each of its members, the classes being columns 0..n-1: 1 where
+    a set holds some of the tensor's classes but not all."""
+    starts, index, value = [], [], []
+    for e in range(len(h_ptr) - 1):
+        source = int(h_source[e])
+        for m in h_members[h_ptr[e]:h_ptr[e + 1]]:
+            if m != source:
+                for sign in (1.0, -1.0):  # crossing >= +-(member - source)
+                    starts.append(len(index))
+                    index += [first + e, int(m), source]
+                    value += [1.0, -sign, sign]
+    if starts:
+        h.addRows(len(starts), np.zeros(len(starts)), np.full(len(starts), highspy.kHighsInf), len(index),
+                  np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32), np.array(value))
 
 
 @njit(cache=True, nogil=True)
