@@ -53,6 +53,19 @@ def test_a_chain_whose_cpu_share_costs_its_tensor():
     assert _bound(w, 23.0) == pytest.approx(23.0)
 
 
+def test_the_parts_inside_a_chain_pay_two_boundaries():
+    """Six classes in a chain, 10 each on an accelerator (the CPU is too slow to take one),
+    tensors of 1, three accelerators: the best plan holds two classes each and pays 22 on
+    the middle one.  Each part holds at least 16 of work (60 less the others' 22 each); a
+    prefix or a suffix pays one tensor, but only two parts can hold a pinned class near an
+    end (B, E), and a set avoiding both pays two: (60 + 1 + 1 + 2) / 3, where counting one
+    tensor a part said (60 + 3) / 3."""
+    data = workload([node(i, cpu=1000, acc=10) for i in range(6)], [edge(i, i + 1, 1) for i in range(5)],
+                    k=3, l=1)
+    assert bf.brute_min_max_load(data, chain=False)[0] == 22
+    assert _bound(Workload.from_paper_json(data), 22.0) == pytest.approx(64 / 3)
+
+
 def test_says_nothing_without_cpus_or_accelerators():
     data = workload([node(i, cpu=12, acc=10) for i in range(3)], [edge(0, 1, 3), edge(1, 2, 3)], k=1, l=0)
     assert _bound(Workload.from_paper_json(data), 30.0) is None

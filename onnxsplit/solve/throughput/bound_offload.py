@@ -12,7 +12,9 @@ c*, the least boundary of any set of work in [a, T] that fits one accelerator.  
 
 with net* the most any C gains net of its tensors (gross(C) - cross(C)) and gross* the
 most it gains at all, C of CPU time at most l T: each a small MIP (where one stops short,
-its dual bound still holds).  Memory and the CPUs' split into l cores only remove plans.
+its dual bound still holds).  On a chain of layers the parts inside pay two boundaries,
+not one: k c* becomes 2 c* + (k - 2) c' (:func:`_parts_boundary`).  Memory and the CPUs'
+split into l cores only remove plans.
 
 Write-up: docs/throughput.md (ip, phase 4: The CPUs' share with its transfers).
 """
@@ -27,7 +29,7 @@ import numpy as np
 
 from .bound_setcover import add_crossings
 
-SHARE_OF_TIME = (0.2, 0.4, 0.4)  # of the seconds given: gross*, net*, c*
+SHARE_OF_TIME = (0.15, 0.3, 0.3, 0.25)  # of the seconds given: gross*, net*, c*, the inner parts' c*
 
 
 def offload_bound(cl, k: int, l: int, memory: float, upper: float, seconds: float,
@@ -51,23 +53,62 @@ def offload_bound(cl, k: int, l: int, memory: float, upper: float, seconds: floa
     if float(cpu[must > 0].sum()) > l * upper:
         return None
 
-    def left(share: float) -> float:
-        return max(0.0, min(seconds * share, deadline - time.perf_counter()))
+    def left(phase: int) -> float:  # its share of the time left (what a phase leaves goes on)
+        return max(0.0, (deadline - time.perf_counter()) * SHARE_OF_TIME[phase] / sum(SHARE_OF_TIME[phase:]))
 
     gross = _solved_bound(_offload(tensors, work, cpu, must, may, l * upper, transfers=False),
-                          left(SHARE_OF_TIME[0]), stop)
+                          left(0), stop)
     if gross is None:
         return None
     net = _solved_bound(_offload(tensors, work, cpu, must, may, l * upper, transfers=True),
-                        left(SHARE_OF_TIME[1]), stop)
+                        left(1), stop)
     gained = gross if net is None else min(gross, net)
     least = W - gross - (k - 1) * upper  # the least work an accelerator holds
     if least > 0:
-        boundary = _solved_bound(_boundary(tensors, work, supported, np.asarray(cl.size, dtype=np.float64), memory,
-                                           least, upper), left(SHARE_OF_TIME[2]), stop)
+        size = np.asarray(cl.size, dtype=np.float64)
+        boundary = _solved_bound(_boundary(tensors, work, supported, size, memory, least, upper),
+                                 left(2), stop)
         if boundary is not None:
-            gained = min(gained, gross - k * boundary)
+            gained = min(gained, gross - _parts_boundary(tensors, work, supported, size, memory, least, upper,
+                                                         k, boundary, left(3), stop))
     return (W - gained) / k
+
+
+def _parts_boundary(tensors, work, supported, size, memory: float, least: float, most: float, k: int,
+                    boundary: float, seconds: float, stop: threading.Event | None) -> float:
+    """The least the k accelerators' boundaries sum to: at most two of them hold one of
+    two pinned classes near the graph's ends, and the others pay at least the least
+    boundary of a set of work in [least, most] that holds neither (two ends' worth on a
+    chain of layers, where the pins leave only sets inside it), else ``boundary``."""
+    if k <= 2:
+        return k * boundary
+    h = _boundary(tensors, work, supported, size, memory, least, most)
+    pins = np.array(_ends(tensors, work, k), dtype=np.int32)
+    h.changeColsBounds(len(pins), pins, np.zeros(len(pins)), np.zeros(len(pins)))
+    inner = _solved_bound(h, seconds, stop)
+    return 2 * boundary + (k - 2) * max(boundary, inner if inner is not None else boundary)
+
+
+def _ends(tensors, work, k: int) -> tuple[int, int]:
+    """Two classes near the ends of the topological order (half an accelerator's share of
+    the work in from each), each the one in a window around that point with the most
+    tensors around it: a set avoiding both cannot be a prefix or a suffix with the work
+    of a part, nor cheaply step round one of them."""
+    source, ptr, members, weight = tensors
+    around = np.zeros(len(work))
+    for t in range(len(weight)):
+        held = np.unique(np.append(members[ptr[t]:ptr[t + 1]], source[t]))
+        if len(held) > 1:
+            around[held] += weight[t]
+    cum = np.cumsum(work)
+    W = float(cum[-1])
+
+    def pick(share: float) -> int:
+        lo, hi = np.searchsorted(cum, W * (share - 0.02)), np.searchsorted(cum, W * (share + 0.02))
+        window = np.arange(min(lo, len(work) - 1), min(hi, len(work) - 1) + 1)
+        return int(window[np.argmax(around[window])])
+
+    return pick(1 / (2 * k)), pick(1 - 1 / (2 * k))
 
 
 def _highs(maximize: bool) -> highspy.Highs:
