@@ -223,6 +223,23 @@ def _priced_links(cluster: Cluster, accs, names, host) -> tuple[Link, ...]:
     return tuple(out)
 
 
+def _unknown_provider(ep: str | None) -> str:
+    """'' for no provider or one onnxruntime (or a plugin library here, or OpenVINO's
+    runtime) knows by name; else what it may have meant (a misspelt name reads as a
+    device to estimate)."""
+    import difflib
+
+    import onnxruntime as ort
+
+    from .providers import openvino, plugins
+
+    known = list(dict.fromkeys([*ort.get_all_providers(), *plugins.libraries(), openvino.RUNTIME]))
+    if not ep or ep in known:
+        return ""
+    near = difflib.get_close_matches(ep, known, n=1)
+    return f" ('{ep}' is no execution provider onnxruntime knows" + (f": did you mean '{near[0]}'?)" if near else ")")
+
+
 def _accelerator(graph, works, profile: ModelProfile, acc: DeviceSpec, cpu: DeviceSpec, cpu_roof,
                  calibrate: bool):
     """(latency ms, source, supported, profile entry, roofline) of every node on one
@@ -240,7 +257,8 @@ def _accelerator(graph, works, profile: ModelProfile, acc: DeviceSpec, cpu: Devi
             raise ClusterError(
                 f"device '{acc.name}'{ep} has no measurements in the profile, so its latencies "
                 f"must be estimated: give its peak_flops and memory_bandwidth in the cluster "
-                f"file, or profile the model where {acc.execution_provider or 'it'} runs")
+                f"file, or profile the model where {acc.execution_provider or 'it'} runs"
+                f"{_unknown_provider(acc.execution_provider)}")
         roof = cm.device_roofline(acc.peak_flops, acc.memory_bandwidth, acc.call_overhead,
                                   acc.efficiency, cpu_roof, (cpu.peak_flops, cpu.memory_bandwidth))
         ms = {n: round(roof.seconds(w) * 1e3, 9) for n, w in works.items()}

@@ -332,7 +332,8 @@ def _parser() -> argparse.ArgumentParser:
                                     "the default) or as a Ray Serve application, one deployment per part "
                                     "(--engine ray, the default with --address).  Ctrl-C stops it.")
     sv.add_argument("parts", help="folder written by onnxsplit (with manifest.json)")
-    sv.add_argument("--port", type=_at_least(1), default=8000, metavar="N", help="HTTP port (default 8000)")
+    sv.add_argument("--port", type=_number(int, lambda v: 1 <= v <= 65535, "must be from 1 to 65535", "an integer"),
+                    default=8000, metavar="N", help="HTTP port (default 8000)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sv.add_argument("--name", metavar="NAME", help="the model's name in the URLs (default: the model file's stem)")
     sv.add_argument("--engine", choices=["local", "ray"],
@@ -392,7 +393,12 @@ def entry() -> None:
     solve that was stopped at its time limit still runs: see interrupt.finish)."""
     from .interrupt import finish
 
-    finish(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C before the command's own watch: parsing, its imports
+        print("onnxsplit: interrupted", file=sys.stderr)
+        code = 130
+    finish(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ClusterError
+from .files import loads
 
 CPU_CLASS = "cpu"
 
@@ -171,9 +172,11 @@ class Cluster:
                 line = getattr(getattr(e, "problem_mark", None), "line", None)
                 at = f" at line {line + 1}" if line is not None else ""
                 raise ClusterError(f"{where}: not valid YAML{at}") from None
+            except RecursionError:
+                raise ClusterError(f"{where}: not valid YAML (nested too deeply)") from None
         else:
             try:
-                data = json.loads(text)
+                data = loads(text)
             except json.JSONDecodeError as e:
                 raise ClusterError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
         return cls.from_dict(data, where)

@@ -30,6 +30,7 @@ from onnx import AttributeProto, TensorProto
 
 from . import genai_config, interrupt, progress, ranges
 from .errors import OnnxsplitError, SplitError
+from .files import loads
 from .graph import OpGraph, subgraphs
 from .profile.devices import CPU_EP
 from .providers import openvino, plugins
@@ -503,8 +504,8 @@ def check_out(out: str | Path, force: bool, probe: bool = False) -> Path:
         raise OnnxsplitError(f"output '{out}' exists and is not a folder")
     if not force:
         raise OnnxsplitError(f"output folder '{out}' already exists: pass --force to replace it")
-    try:
-        manifest = json.loads((out / MANIFEST).read_text())
+    try:  # (a pipe or a device there is not read: that would block, or never end)
+        manifest = loads((out / MANIFEST).read_text()) if (out / MANIFEST).is_file() else None
         ours = isinstance(manifest, dict) and manifest.get("format") == FORMAT
     except (OSError, ValueError):
         ours = False

@@ -40,12 +40,21 @@ def check_replaceable(path: str | Path | None, ours, what: str) -> None:
                              "(it is left as it is)")
 
 
-def json_with(*keys: str):
-    """``ours`` for :func:`check_replaceable`: a JSON object holding every one of ``keys``."""
+def loads(text: str | bytes):
+    """``json.loads``, where text nested deeper than Python's parser can follow (a
+    RecursionError, and a traceback) is one more ``json.JSONDecodeError``."""
     import json
 
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
+
+
+def json_with(*keys: str):
+    """``ours`` for :func:`check_replaceable`: a JSON object holding every one of ``keys``."""
     def ours(path: Path) -> bool:
-        d = json.loads(path.read_text(encoding="utf-8"))
+        d = loads(path.read_text(encoding="utf-8"))
         return isinstance(d, dict) and all(k in d for k in keys)
     return ours
 

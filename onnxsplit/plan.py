@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SplitError
+from .files import loads
 from .workload import Workload
 
 STATUSES = ("optimal", "feasible", "time_limit", "infeasible")
@@ -76,7 +77,7 @@ def gap_of(value: float | None, lower_bound: float | None) -> float | None:
 def read_json(path: str | Path) -> Any:
     """A split or plan file's JSON; SplitError naming the file when it cannot be read."""
     try:
-        return json.loads(Path(path).read_text())
+        return loads(Path(path).read_text())
     except OSError as e:
         raise SplitError(f"{path}: cannot read: {e.strerror or e}") from None
     except json.JSONDecodeError as e:

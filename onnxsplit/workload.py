@@ -27,7 +27,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .errors import WorkloadError
-from .files import write_atomic
+from .files import loads, write_atomic
 
 _NODE_KEYS = ("id", "supportedOnFpga", "cpuLatency", "fpgaLatency", "isBackwardNode")
 _EDGE_KEYS = ("sourceId", "destId", "cost")
@@ -168,7 +168,7 @@ class Workload:
                 raise WorkloadError(f"{where}: not a JSON text file (an ONNX model goes to the main "
                                     f"command, or to 'onnxsplit workload' first)") from None
             try:
-                data = json.loads(text)
+                data = loads(text)
             except json.JSONDecodeError as e:
                 raise WorkloadError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
         try:

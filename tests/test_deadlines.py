@@ -274,6 +274,20 @@ def test_a_wide_graph_is_known_too_large_for_the_exact_dp_at_once():
     assert plan.value == pytest.approx(dp.solve(w, linear_only=True).value)
 
 
+def test_ctrl_c_while_the_arguments_are_read_is_one_line(capsys, monkeypatch):
+    """Ctrl-C in the first moments (the parser imports the solvers' registry) ends as any
+    other: 'onnxsplit: interrupted', exit 130, no KeyboardInterrupt traceback."""
+    from onnxsplit import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_parser", interrupted)
+    with pytest.raises(SystemExit) as e:
+        cli.entry()
+    assert e.value.code == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["onnxsplit: interrupted"]
+
+
 def test_bad_arguments_are_one_line(capsys):
     from onnxsplit.cli import main
 

@@ -72,6 +72,22 @@ def test_a_damaged_manifest_is_one_line(parts, capsys, edit, needle):
     assert needle in one_line_error(capsys, ["run", str(parts), "--no-measure"])
 
 
+def test_parts_listed_out_of_order_are_one_line_naming_the_input(tmp_path, capsys):
+    """The pipeline runs the parts in the manifest's order: a part listed before the one
+    making its input is named as the manifest's problem (a bare KeyError's 'h0' before)."""
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    g = OpGraph.from_onnx(model)
+    half = len(g.nodes) // 2
+    out = tmp_path / "p"
+    export(g, {n.name: f"cpu{int(i >= half)}" for i, n in enumerate(g.nodes)}, out,
+           providers={"cpu0": CPU, "cpu1": CPU})
+    m = json.loads((out / MANIFEST).read_text())
+    m["parts"].reverse()
+    (out / MANIFEST).write_text(json.dumps(m))
+    line = one_line_error(capsys, ["run", str(out), "--no-measure"], "parts[0].inputs[0]")
+    assert "is neither an input of the model nor made by an earlier part" in line
+
+
 def test_inputs_too_big_for_memory_are_refused_before_any_is_made(tmp_path, capsys):
     """A dynamic batch edited to 10^11 rows: one line naming the field and the limit,
     before any feed is allocated (not numpy's out-of-memory traceback)."""
@@ -501,3 +517,112 @@ def test_a_line_break_in_a_path_cannot_forge_a_line(tmp_path, capsys):
     lines = capsys.readouterr().err.splitlines()
     assert code == 2 and [ln for ln in lines if ln.startswith("onnxsplit: error:")] == [lines[-1]]
     assert "\\nonnxsplit: error: forged.onnx' does not exist" in lines[-1]
+
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000  # deeper than Python's JSON parser follows
+
+
+@pytest.mark.parametrize("which", ["manifest", "force", "workload", "plan", "cluster", "cluster.yaml", "profile"])
+def test_json_nested_too_deeply_is_one_line(parts, capsys, monkeypatch, which):
+    """Each JSON (or YAML) file a command reads, nested deeper than the parser goes (a
+    RecursionError and its traceback before): one line naming the file, left as it was."""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(parts.parent / "cache"))
+    model, out = parts.parent / "m.onnx", parts.parent / "new"
+    f = parts / MANIFEST if which in ("manifest", "force") else parts.parent / which
+    f = f.with_suffix(f.suffix or ".json")
+    f.write_text(DEEP_JSON)
+    argv, words = {
+        "manifest": (["run", parts, "--no-measure"], [str(f), "nested too deeply"]),
+        "force": ([model, "--out", parts, "--force", "--quiet"], [str(parts), "has no onnxsplit manifest.json"]),
+        "workload": (["solve", f], [str(f), "nested too deeply"]),
+        "plan": (["export", model, "--plan", f, "--out", out, "--quiet"], [str(f), "nested too deeply"]),
+        "cluster": ([model, "--out", out, "--devices", f, "--quiet"], [str(f), "nested too deeply"]),
+        "cluster.yaml": ([model, "--out", out, "--devices", f, "--quiet"], [str(f), "nested too deeply"]),
+        "profile": ([model, "--out", out, "--profile", f, "--quiet"], [str(f), "is not a profile file"]),
+    }[which]
+    one_line_error(capsys, argv, *words)
+    assert f.read_text() == DEEP_JSON and not out.exists()
+
+
+def test_a_manifest_that_is_no_file_is_one_line_not_a_hang(parts):
+    """manifest.json a named pipe: `run` and the main command's --force say the folder has
+    no manifest at once (reading it waited for a writer forever)."""
+    import os
+    import subprocess
+    import sys
+
+    (parts / MANIFEST).unlink()
+    os.mkfifo(parts / MANIFEST)
+    before = sorted(x.name for x in parts.iterdir())
+    env = dict(os.environ, ONNXSPLIT_CACHE_DIR=str(parts.parent / "cache"),
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    for argv, words in [(["run", parts, "--no-measure"], "has no manifest.json"),
+                        ([parts.parent / "m.onnx", "--out", parts, "--force", "--quiet"],
+                         "has no onnxsplit manifest.json")]:
+        p = subprocess.run([sys.executable, "-m", "onnxsplit", *map(str, argv)], capture_output=True,
+                           text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+        err = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(err) == 1 and words in err[0], p.stderr
+    assert sorted(x.name for x in parts.iterdir()) == before
+
+
+def test_a_port_beyond_65535_is_one_line(parts, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["serve", str(parts), "--port", "65536"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "must be from 1 to 65535" in err[0], err
+
+
+def test_a_profile_that_is_no_file_is_set_aside_or_one_line(tmp_path, monkeypatch):
+    """A named pipe where the cached profile goes is set aside and the model measured again;
+    one the user names with --profile is one line (reading either waited forever)."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    assert main(["profile", str(model), "--quiet"]) == 0
+    cache = next((tmp_path / "cache").rglob("*.json"))
+    cache.unlink()
+    os.mkfifo(cache)
+    os.mkfifo(tmp_path / "mine.json")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+
+    def cli(*argv):
+        return subprocess.run([sys.executable, "-m", "onnxsplit", *map(str, argv)], capture_output=True,
+                              text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+    p = cli("profile", model, "--quiet")
+    assert p.returncode == 0 and "not a regular file); set aside as" in p.stderr, p.stderr
+    assert cache.is_file() and (cache.parent / f"{cache.name}.corrupt").exists()
+    p = cli(model, "--out", tmp_path / "p", "--quiet", "--profile", tmp_path / "mine.json")
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(err) == 1 and "is not a profile file (not a regular file)" in err[0], err
+
+
+def test_a_misspelt_execution_provider_is_named_with_what_it_may_mean(tmp_path, capsys, monkeypatch):
+    """A device whose provider onnxruntime does not know reads as one to estimate: the line
+    asking for its peaks says the name is unknown and what it may have meant."""
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({"devices": [
+        {"name": "cpu", "class": "cpu", "count": 1, "memory": "8GiB", "execution_provider": CPU},
+        {"name": "gpu", "class": "gpu", "count": 1, "memory": "8GiB", "execution_provider": "CUDAExecutionProvder"}]}))
+    one_line_error(capsys, [model, "--out", tmp_path / "o", "--devices", cluster, "--quiet"],
+                   "device 'gpu' (CUDAExecutionProvder)", "is no execution provider onnxruntime knows",
+                   "did you mean 'CUDAExecutionProvider'?")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_profile_cache_that_cannot_be_written_is_a_note(tmp_path, capsys, monkeypatch):
+    """$ONNXSPLIT_CACHE_DIR a file of the user's: the split goes on with its measurements
+    (a note says they are not kept; it ended in one line of 'Not a directory'), the file
+    untouched."""
+    (tmp_path / "cache").write_text("a user's file\n")
+    monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
+    assert main([str(model), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "cannot be written" in err and "the measurements are used, not kept" in err, err
+    assert (tmp_path / "cache").read_text() == "a user's file\n" and (tmp_path / "o" / MANIFEST).is_file()

@@ -55,6 +55,7 @@ def test_responses_as_tritonclient_reads_them(binary):
 
 @pytest.mark.parametrize("body, words", [
     (b"not json", "not JSON"),
+    (b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not JSON: nested too deeply"),  # (not a 500)
     (b'{"inputs": 3}', "list 'inputs'"),
     (b'{"inputs": [{"name": "z", "shape": [1], "datatype": "FP32", "data": [1]}]}', "unknown input 'z'"),
     (b'{"inputs": [{"name": "x", "shape": [3, 2], "datatype": "FP32", "data": [1,2,3,4,5,6]}]}',

@@ -118,8 +118,22 @@ def profile(
                               rounds, method, graph):
             store.put(entry)
         if cache is not False:
-            store.save()
+            _keep(store, cache and Path(cache) != default_cache(key))
     return ModelProfile(key, bound, tuple(store.for_model(key)), fresh=tuple(todo), path=store.path)
+
+
+def _keep(store, named: bool) -> None:
+    """The profile saved: a file the user named must be written (ProfileError naming it);
+    the cache need not be (a note: the measurements are used, not kept)."""
+    try:
+        store.save()
+    except OSError as e:
+        why = e.strerror or str(e)
+        if named:
+            raise ProfileError(f"cannot write the profile file '{store.path}': {why}") from None
+        print(f"onnxsplit: note: the profile cache '{store.path}' cannot be written ({why}; "
+              "$ONNXSPLIT_CACHE_DIR or ~/.cache/onnxsplit): the measurements are used, not kept",
+              file=sys.stderr, flush=True)
 
 
 def ensure_profiled(graph, providers: Sequence[str], *, cache: str | Path | None = None, repeats: int = 10,

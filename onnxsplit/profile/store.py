@@ -19,7 +19,7 @@ import onnx
 from onnx import TensorProto
 
 from ..errors import ProfileError
-from ..files import write_atomic
+from ..files import loads, write_atomic
 
 FORMAT = "onnxsplit-profile"
 VERSION = 1
@@ -250,8 +250,11 @@ class ModelProfile:
 
 def _raw_entries(path: Path) -> list:
     """A profile file's entries as JSON; ProfileError where it is not a profile file."""
+    if path.exists() and not (path.is_file() or path.is_dir()):
+        # a pipe or a device: reading it would wait for a writer, or never end
+        raise ProfileError(f"'{path}' is not a profile file (not a regular file)")
     try:
-        data = json.loads(path.read_text())
+        data = loads(path.read_text())
     except OSError as e:
         raise ProfileError(f"cannot read profile file '{path}': {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

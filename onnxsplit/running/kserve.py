@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .. import ranges
+from ..files import loads
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -84,7 +85,7 @@ def decode_request(body: bytes, header_length: str | None, inputs,
     if not 0 <= size <= len(body):
         raise ProtocolError(f"{HEADER_LENGTH} {size} is outside the body's {len(body)} bytes")
     try:
-        request = json.loads(body[:size])
+        request = loads(body[:size])
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ProtocolError(f"the request is not JSON: {e}") from None
     if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
@@ -199,7 +200,7 @@ def decode_generate(body: bytes) -> dict[str, Any]:
     or a list of one list), ``max_tokens`` and ``eos_token_id`` at the top or among its
     ``parameters``; ``id`` echoed.  Returns {prompt, max_tokens, eos, id}."""
     try:
-        request = json.loads(body)
+        request = loads(body)
     except (ValueError, UnicodeDecodeError):
         raise ProtocolError("the request body is not JSON") from None
     if not isinstance(request, dict):

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from .. import limits, ranges
 from ..errors import RunError
+from ..files import loads
 from ..export import ANNOTATED, FORMAT, MANIFEST
 
 # element type name -> bytes per element (the dtypes a manifest spells as onnx does)
@@ -33,7 +34,9 @@ def read_manifest(parts_dir: str | Path) -> dict[str, Any]:
     if not Path(parts_dir).is_dir():
         raise RunError(f"'{parts_dir}' is not a folder of parts")
     try:
-        manifest = json.loads(path.read_text())
+        if not path.is_file():  # (a pipe or a device there would block or never end)
+            raise FileNotFoundError(path)
+        manifest = loads(path.read_text())
     except OSError:
         raise RunError(f"'{parts_dir}' has no {MANIFEST}: not a folder written by onnxsplit") from None
     except json.JSONDecodeError as e:
@@ -111,10 +114,13 @@ def field_problem(m: Mapping[str, Any]) -> str | None:
         for k, t in enumerate(model["outputs"]):
             if t["name"] not in made:
                 return f"model.outputs[{k}] '{t['name']}' is made by no part"
+        earlier: set[str] = set()  # (the pipeline runs the parts in the manifest's order)
         for i, p in enumerate(parts):
             for k, t in enumerate(p["inputs"]):
-                if t["name"] not in made and t["name"] not in given:
-                    return f"parts[{i}].inputs[{k}] '{t['name']}' is neither an input of the model nor made by a part"
+                if t["name"] not in earlier and t["name"] not in given:
+                    return (f"parts[{i}].inputs[{k}] '{t['name']}' is neither an input of the model "
+                            "nor made by an earlier part")
+            earlier |= {t["name"] for t in p["outputs"]}
     return _predicted_problem(m.get("predicted"))
 
 

@@ -26,7 +26,6 @@ configurations, :mod:`onnxsplit.running.verify`), single-stream latency and pipe
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
@@ -41,6 +40,7 @@ from . import verify as verify_outputs
 from ..errors import OnnxsplitError, RunError
 from .manifest import read_manifest
 from ..export import level_fields, part_deps
+from ..files import loads
 from ..profile.devices import CPU_EP, shares_cpu
 from ..profile.measure import session_options
 
@@ -282,7 +282,7 @@ def session_spec(parts_dir: Path, manifest: Mapping[str, Any]) -> dict[str, Any]
     from ..export import SESSION_FILE
 
     try:
-        spec = json.loads((parts_dir / SESSION_FILE).read_text())
+        spec = loads((parts_dir / SESSION_FILE).read_text())
     except (OSError, ValueError) as e:  # ValueError: not JSON, not text
         raise RunError(f"{parts_dir / SESSION_FILE}: cannot be read ({e})") from None
     if not isinstance(spec, dict):
