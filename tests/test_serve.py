@@ -3,6 +3,8 @@ decoder (the server itself, under load: test_served.py)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -71,6 +73,86 @@ def test_a_bad_request_is_one_line(body, words):
     with pytest.raises(ProtocolError, match=words) as e:
         decode_request(body, None, INPUTS)
     assert "\n" not in str(e.value)
+
+
+X = '{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1,2,3,4,5,6]}'
+IDS = '{"name": "ids", "shape": [2], "datatype": "INT64", "data": [1,2]}'
+
+
+@pytest.mark.parametrize("body, words", [
+    # each of these had been a 500 (a Python error's words, or a part failing on what it was given)
+    ('{"inputs": [%s, %s], "parameters": [1]}' % (X, IDS), "'parameters' must be an object"),
+    ('{"inputs": [%s, %s], "parameters": "x"}' % (X, IDS), "'parameters' must be an object"),
+    ('{"inputs": [%s, %s], "outputs": [{"name": "y", "parameters": 5}]}' % (X, IDS),
+     "output 'y': 'parameters' must be an object"),
+    ('{"inputs": [%s, {"name": "ids", "shape": [2], "datatype": "INT64", "data": [1,2], "parameters": [1]}]}' % X,
+     "input 'ids': 'parameters' must be an object"),
+    ('{"inputs": [%s, {"name": "ids", "shape": [2], "datatype": "INT64", "data": [1, %d]}]}' % (X, 2 ** 70),
+     "'data' is not a list of INT64 values"),
+    ('{"inputs": [%s, {"name": "ids", "shape": [2], "datatype": "INT64", "data": [1, Infinity]}]}' % X,
+     "'data' is not a list of INT64 values"),
+    ('{"inputs": [%s, {"name": "ids", "shape": [2], "datatype": "INT64", "data": [1, %s]}]}' % (X, "9" * 5000),
+     "not JSON"),
+    ('{"inputs": [{"name": "x", "shape": [true, 3], "datatype": "FP32", "data": [1,2,3]}, %s]}' % IDS,
+     "'shape' must be a list of sizes"),
+    ('{"inputs": [%s, %s, %s]}' % (X, IDS, IDS), "input 'ids' is given twice"),
+])
+def test_a_bad_request_of_odd_types_is_a_400_not_a_500(body, words):
+    with pytest.raises(ProtocolError, match=words) as e:
+        decode_request(body.encode(), None, INPUTS)
+    assert "\n" not in str(e.value)
+
+
+def test_inputs_that_name_a_dimension_alike_must_agree_on_it():
+    """input_ids 2x16 beside an attention_mask 2x17 reached the parts: OpenVINO failed the
+    call (a 500 for the client's mistake) or answered it as if both were 16 long."""
+    specs = [{"name": n, "dtype": "tensor(int64)", "shape": [2, 16], "dims": ["batch", "sequence"]}
+             for n in ("input_ids", "attention_mask")]
+    rng = {n: [(1, 4), (8, 64)] for n in ("input_ids", "attention_mask")}
+
+    def body(seq_mask):
+        return json.dumps({"inputs": [
+            {"name": "input_ids", "shape": [2, 16], "datatype": "INT64", "data": [1] * 32},
+            {"name": "attention_mask", "shape": [2, seq_mask], "datatype": "INT64", "data": [1] * 2 * seq_mask}]})
+
+    feeds, _ = decode_request(body(16).encode(), None, specs, rng)
+    assert feeds["attention_mask"].shape == (2, 16)
+    with pytest.raises(ProtocolError, match="input 'attention_mask' has 17 along dimension 'sequence' but input "
+                                            "'input_ids' has 16: they must agree"):
+        decode_request(body(17).encode(), None, specs, rng)
+
+
+def test_every_method_and_path_is_answered_in_the_protocols_json():
+    """Through the local engine's ASGI application: a PUT had been Starlette's plain-text
+    405, a path holding a newline its plain-text 404; HEAD answers as GET does."""
+    import asyncio
+
+    from test_batching import FakeParts, gateway
+
+    from onnxsplit.running.serve_local import app_of
+
+    app = app_of(gateway(FakeParts()))
+
+    async def ask(method: str, path: str):
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        await app({"type": "http", "method": method, "path": path, "raw_path": path.encode(), "headers": [],
+                   "query_string": b"", "scheme": "http", "server": ("127.0.0.1", 8000), "root_path": "",
+                   "http_version": "1.1"}, receive, send)
+        return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+    for method, path in [("PUT", "/v2/models/m/infer"), ("DELETE", "/v2"), ("GET", "/v2/models/a\nb/ready")]:
+        status, body = asyncio.run(ask(method, path))
+        error = json.loads(body)["error"]
+        assert status == 404 and "\n" not in error and ("no route" in error or "unknown model" in error), body
+    assert asyncio.run(ask("HEAD", "/v2/health/ready"))[0] == 200
+    assert asyncio.run(ask("GET", "/v2/health/ready")) == (200, b"{}")
 
 
 def test_binary_sizes_are_checked():

@@ -120,6 +120,42 @@ def test_time_waiting_for_a_turn_counts_toward_the_request_timeout():
     assert took < 0.8  # (the parts take 1 s)
 
 
+def test_clients_that_never_send_their_bodies_hold_no_turn():
+    """Connections that declare a body and send none (or send it a byte a second) are not
+    held while it comes: as many as the gateway holds had each kept a turn, and a good
+    request behind them waited (forever, with no request timeout) or was answered 503."""
+    from starlette.requests import Request
+
+    never = asyncio.Event()
+
+    def stalled():
+        async def receive():
+            await never.wait()
+            return {"type": "http.disconnect"}
+
+        return Request({"type": "http", "method": "POST", "path": "/v2/models/m/infer", "headers": [],
+                        "query_string": b"", "scheme": "http", "server": ("127.0.0.1", 8000), "root_path": ""},
+                       receive)
+
+    async def go():
+        g = gateway(FakeParts(), False, max_ongoing=2, max_queued=1)
+        waiting = [asyncio.ensure_future(g(stalled())) for _ in range(6)]
+        await asyncio.sleep(0.05)
+        x = np.ones((1, 4), np.float32)
+        answer = await asyncio.wait_for(g(http("POST", "/v2/models/m/infer", infer_body(x))), 5)
+        held = g.held
+        for w in waiting:
+            w.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        return answer, held
+
+    answer, held = within(go())
+    assert answer.status_code == 200, answer.body
+    np.testing.assert_allclose(json.loads(answer.body)["outputs"][0]["data"],
+                               model({"x": np.ones((1, 4), np.float32)})["y"].ravel(), rtol=1e-5)
+    assert held == 0
+
+
 ray = pytest.importorskip("ray")
 from test_ray import forget_address, two_parts  # noqa: E402
 

@@ -270,6 +270,20 @@ class _Compiled:
                     got = self._compile(key, shapes)
         return got[1][copy]
 
+    def renew(self, feeds: Mapping[str, Any]) -> None:
+        """The model that ran ``feeds`` compiled afresh, after a run of it failed: a failed
+        inference (models/small_bert compiled with its dynamic dimensions, inputs whose
+        sequence lengths disagree) left the compiled model failing later runs of the shapes
+        it had run, with that failure's words, fresh infer requests of it too (a server
+        answered half its good requests 500 from then on)."""
+        key = None if self.static else self._signature({k: np.shape(v) for k, v in feeds.items()})
+        with self.lock:
+            if key in self.by_shape:
+                self.by_shape[key] = self._compile(key, None if key is None else dict(key), keep=False)
+            elif self.dynamic:
+                self.dynamic = None
+                self._dynamic()
+
     def _dynamic(self):
         """The model compiled with its dynamic dimensions (once), or False where OpenVINO
         compiles it only for static shapes."""
@@ -308,6 +322,7 @@ class Session:
             try:
                 got = request.infer(dict(feeds))  # (outputs copied out: the request reuses its own)
             except Exception as e:  # (its message, without the source locations it stacks)
+                self._c.renew(feeds)
                 raise OpenVINOError(_one_line(e)) from None
             values = list(got.values())
             if output_names is None:

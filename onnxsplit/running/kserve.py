@@ -86,7 +86,7 @@ def decode_request(body: bytes, header_length: str | None, inputs,
         raise ProtocolError(f"{HEADER_LENGTH} {size} is outside the body's {len(body)} bytes")
     try:
         request = loads(body[:size])
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # (a UnicodeDecodeError, or an integer of more digits than Python reads)
         raise ProtocolError(f"the request is not JSON: {e}") from None
     if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
         raise ProtocolError("the request must be a JSON object with a list 'inputs'")
@@ -99,9 +99,12 @@ def decode_request(body: bytes, header_length: str | None, inputs,
         name = t["name"]
         if name not in want:
             raise ProtocolError(f"unknown input '{name}' (inputs: {', '.join(want)})")
+        if name in feeds:
+            raise ProtocolError(f"input '{name}' is given twice")
         spec = want[name]
         shape, datatype = t.get("shape"), t.get("datatype")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                                  and d >= 0 for d in shape):
             raise ProtocolError(f"input '{name}': 'shape' must be a list of sizes")
         if shape_range and name in shape_range:
             if (why := ranges.outside({name: shape_range[name]}, {name: shape})):
@@ -113,7 +116,7 @@ def decode_request(body: bytes, header_length: str | None, inputs,
                                 f"{datatype_of(spec['dtype'])}")
         np_type = DATATYPES[datatype]
         count = int(np.prod(shape))
-        binary = (t.get("parameters") or {}).get("binary_data_size")
+        binary = _parameters(t, f"input '{name}': ").get("binary_data_size")
         if binary is not None:
             if not isinstance(binary, int) or binary != count * np.dtype(np_type).itemsize:
                 raise ProtocolError(f"input '{name}': binary_data_size {binary!r} is not "
@@ -125,7 +128,7 @@ def decode_request(body: bytes, header_length: str | None, inputs,
         else:
             try:
                 array = np.asarray(t.get("data"), dtype=np_type).reshape(-1)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # (OverflowError: a value outside the type)
                 raise ProtocolError(f"input '{name}': 'data' is not a list of {datatype} values") from None
             if array.size != count:
                 raise ProtocolError(f"input '{name}': {array.size} values for shape {shape}")
@@ -133,15 +136,41 @@ def decode_request(body: bytes, header_length: str | None, inputs,
     missing = [n for n in want if n not in feeds]
     if missing:
         raise ProtocolError(f"input '{missing[0]}' is not given")
+    _check_named_dims(feeds, want)
     if offset != len(body):
         raise ProtocolError(f"{len(body) - offset} bytes after the last tensor")
     return feeds, _answer_format(request)
 
 
+def _parameters(item: Mapping[str, Any], what: str = "") -> Mapping[str, Any]:
+    """``item``'s ``parameters`` (an object, or absent)."""
+    params = item.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise ProtocolError(f"{what}'parameters' must be an object, got {json.dumps(params)[:40]}")
+    return params
+
+
+def _check_named_dims(feeds: Mapping[str, np.ndarray], want: Mapping[str, Any]) -> None:
+    """Inputs whose dimensions the model names alike (``dims``: "sequence" of input_ids and
+    attention_mask) must agree on them: the parts are not asked what the model does not
+    define (OpenVINO failed such a call, or answered it wrong).  (The batch dimension the
+    batcher checks too, for requests it takes from elsewhere.)"""
+    seen: dict[str, tuple[str, int]] = {}
+    for name, array in feeds.items():
+        for d, n in zip(want[name].get("dims") or [], array.shape):
+            if isinstance(d, str):
+                first, size = seen.setdefault(d, (name, n))
+                if size != n:
+                    raise ProtocolError(f"input '{name}' has {n} along dimension '{d}' but input '{first}' has "
+                                        f"{size}: they must agree")
+
+
 def _answer_format(request: Mapping[str, Any]) -> dict:
     """Which outputs, and which of them in binary: per requested output its
     ``binary_data`` parameter, else the request's ``binary_data_output``."""
-    default = bool((request.get("parameters") or {}).get("binary_data_output", False))
+    default = bool(_parameters(request).get("binary_data_output", False))
     wanted = request.get("outputs")
     if wanted is None:
         return {"outputs": None, "binary": {}, "default": default}
@@ -149,7 +178,8 @@ def _answer_format(request: Mapping[str, Any]) -> dict:
                                                for o in wanted):
         raise ProtocolError("'outputs' must be a list of objects with a 'name'")
     return {"outputs": [o["name"] for o in wanted], "default": default,
-            "binary": {o["name"]: bool((o.get("parameters") or {}).get("binary_data", default)) for o in wanted}}
+            "binary": {o["name"]: bool(_parameters(o, f"output '{o['name']}': ").get("binary_data", default))
+                       for o in wanted}}
 
 
 def encode_response(model: str, outputs: Mapping[str, np.ndarray], answer: Mapping[str, Any],

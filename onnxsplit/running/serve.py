@@ -139,7 +139,7 @@ class Gateway:
         path = request.url.path.rstrip("/")
         model = f"/v2/models/{self.name}"
         try:
-            if request.method == "GET":
+            if request.method in ("GET", "HEAD"):  # (HEAD: the same answer, its body left out)
                 if path in ("/v2/health/ready", "/v2/health/live", f"{model}/ready"):
                     return JSONResponse({})
                 if path == "/v2":
@@ -155,6 +155,9 @@ class Gateway:
                     raise ProtocolError(f"'{self.name}' is not a decoder with past (inputs input_ids and "
                                         "past_key_values.N.key/value, outputs logits and present.N.key/value): "
                                         "it answers /infer, not /generate")
+                # the body read before the request is held: a client slow to send it (or one that
+                # never does) had held a turn as long, and 16 such connections had stalled the server
+                await request.body()  # (kept by the request for its handler)
                 if self.held >= self.max_ongoing + self.max_queued:
                     return JSONResponse({"error": f"the server is full ({self.max_ongoing} requests in "
                                                   f"progress, {self.max_queued} waiting): try again later"},
@@ -167,7 +170,7 @@ class Gateway:
                     self.held -= 1
             if path.startswith("/v2/models/") and not path.startswith(model + "/") and path != model:
                 return JSONResponse({"error": f"unknown model (this server serves '{self.name}')"}, 404)
-            return JSONResponse({"error": f"no route {request.method} {path}"}, 404)
+            return JSONResponse({"error": f"no route {request.method} {' '.join(path.split())[:200]}"}, 404)
         except ProtocolError as e:
             return JSONResponse({"error": str(e)}, 400)
         except Timeout as e:

@@ -152,14 +152,18 @@ class LocalGateway(Gateway):
 
 
 def app_of(gateway: Gateway):
-    """A Starlette application answering every path with ``gateway`` (as Serve's ingress does)."""
-    from starlette.applications import Starlette
-    from starlette.routing import Route
+    """An ASGI application answering every request with ``gateway`` (as Serve's ingress
+    does): any method and any path, so that each answer is the protocol's JSON (Starlette's
+    routes had answered a PUT 405 and a path holding a newline 404 in plain text)."""
+    from starlette.requests import Request
 
-    async def every(request):
-        return await gateway(request)
+    async def every(scope, receive, send):
+        if scope["type"] != "http":  # (lifespan is off; a websocket is refused)
+            return
+        response = await gateway(Request(scope, receive))
+        await response(scope, receive, send)
 
-    return Starlette(routes=[Route("/{path:path}", every, methods=["GET", "POST"])])
+    return every
 
 
 def _check_address(host: str, port: int) -> None:
