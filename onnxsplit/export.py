@@ -733,6 +733,27 @@ def index_bound(graph: OpGraph, name: str) -> int | None:
     return min(bounds)
 
 
+def index_rows(graph: OpGraph, names) -> dict[str, int]:
+    """Of the inputs ``names`` that are only ever the indices of Gathers from weights (token
+    ids into an embedding): the fewest rows any of those tables has along its Gather's axis.
+    An index must lie in [-rows, rows) (ONNX's Gather); serve refuses one outside, which
+    onnxruntime refuses and OpenVINO answers with zeros."""
+    todo = [n for n in names if index_bound(graph, n)]
+    if not todo:
+        return {}
+    nodes = graph.proto().graph.node
+    out = {}
+    for name in todo:
+        rows = []
+        for c in graph.tensors[name].consumers:
+            node = graph.node(c)
+            axis = next((a.i for a in nodes[node.index].attribute if a.name == "axis"), 0)
+            shape = graph.tensors[node.inputs[0]].shape
+            rows.append(shape[axis] if -len(shape) <= axis < len(shape) else min(shape))
+        out[name] = min(rows)
+    return out
+
+
 def _dim_names(t: onnx.TypeProto) -> list[str | None]:
     """The model's name for each dimension of an input (None where it has a fixed size
     or no name): a size given for one input follows to the others by these names."""
@@ -768,6 +789,7 @@ def _manifest(graph: OpGraph, parts: list[Part], links: _Links, weights: "_Weigh
         crossing.append(dict(_tensor_entry(graph, t), producer=src, consumers=consumers[t],
                              devices=[device[src]] + sorted({device[c] for c in consumers[t]}),
                              cross_device=any(device[c] != device[src] for c in consumers[t])))
+    rows = index_rows(graph, graph.inputs)
     return {
         "format": FORMAT,
         "model": {
@@ -777,6 +799,7 @@ def _manifest(graph: OpGraph, parts: list[Part], links: _Links, weights: "_Weigh
             "inputs": [dict(_tensor_entry(graph, t), **({"fill": graph.input_fills[t]}
                                                         if t in graph.input_fills else {}),
                             **({"index_below": below} if (below := index_bound(graph, t)) else {}),
+                            **({"index_rows": rows[t]} if t in rows else {}),
                             **({"dims": _dim_names(types[t])} if t in (types or {}) else {}))
                        for t in graph.inputs],
             "outputs": [dict(_tensor_entry(graph, t), **{"from": producer.get(t, MODEL_INPUT)},

@@ -501,6 +501,23 @@ def test_the_check_feeds_token_ids_across_the_embedding_not_one_row(tmp_path, ca
     m = json.loads((out / MANIFEST).read_text())
     assert m["model"]["inputs"][0]["index_below"] == 16
     assert main(["run", str(out), "--no-measure"]) == 0
+    # the ids serve takes: those onnxruntime's Gather takes, [-50, 50) (OpenVINO answers others with zeros)
+    assert m["model"]["inputs"][0]["index_rows"] == 50
+    from onnxsplit.running.kserve import ProtocolError, decode_request
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(model), providers=[CPU])
+
+    def body(ids):
+        return json.dumps({"inputs": [{"name": "ids", "shape": [1, 64], "datatype": "INT64",
+                                       "data": [ids] + [0] * 63}]}).encode()
+    for ids in (49, -50):
+        sess.run(None, {"ids": np.array([[ids] + [0] * 63], np.int64)})
+        assert decode_request(body(ids), None, m["model"]["inputs"])[0]["ids"][0, 0] == ids
+    for ids in (50, -51):
+        with pytest.raises(Exception):
+            sess.run(None, {"ids": np.array([[ids] + [0] * 63], np.int64)})
+        with pytest.raises(ProtocolError, match=f"index {ids} is outside the 50 rows of the table it reads"):
+            decode_request(body(ids), None, m["model"]["inputs"])
     values = np.fromfile(out / "weights.bin", dtype=np.float32)
     at = next(i for i in range(len(values) - 16) if np.array_equal(values[i:i + 16], table[2]))
     values[at:at + 14 * 16] *= 1.5  # (rows 2 to 15)

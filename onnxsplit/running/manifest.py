@@ -75,9 +75,10 @@ def field_problem(m: Mapping[str, Any]) -> str | None:
                 isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in t["shape"]):
             return f"model.inputs[{i}] needs a 'dtype' and a 'shape' of integers >= 0"
     for i, t in enumerate(model["inputs"]):
-        below = t.get("index_below")
-        if below is not None and (isinstance(below, bool) or not isinstance(below, int) or below < 1):
-            return f"model.inputs[{i}].index_below must be an integer of at least 1"
+        for key in ("index_below", "index_rows"):
+            below = t.get(key)
+            if below is not None and (isinstance(below, bool) or not isinstance(below, int) or below < 1):
+                return f"model.inputs[{i}].{key} must be an integer of at least 1"
         dims = t.get("dims")
         if dims is not None and (not isinstance(dims, list) or not all(d is None or isinstance(d, str)
                                                                       for d in dims)):
