@@ -156,6 +156,27 @@ def test_clients_that_never_send_their_bodies_hold_no_turn():
     assert held == 0
 
 
+def test_a_body_that_never_comes_is_answered_408_by_the_request_timeout():
+    """A connection that declares a body and never sends it holds its connection no longer
+    than the request timeout (none before: only a turn was spared)."""
+    from starlette.requests import Request
+
+    async def receive():
+        await asyncio.Event().wait()
+
+    async def go():
+        g = gateway(FakeParts(), False, timeout_s=0.2)
+        begin = time.perf_counter()
+        answer = await g(Request({"type": "http", "method": "POST", "path": "/v2/models/m/infer", "headers": [],
+                                  "query_string": b"", "scheme": "http", "server": ("127.0.0.1", 8000),
+                                  "root_path": ""}, receive))
+        return answer, time.perf_counter() - begin
+
+    answer, took = within(go())
+    assert answer.status_code == 408 and "did not come within 0.2 s" in json.loads(answer.body)["error"]
+    assert took < 2
+
+
 ray = pytest.importorskip("ray")
 from test_ray import forget_address, two_parts  # noqa: E402
 

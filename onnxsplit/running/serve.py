@@ -52,6 +52,7 @@ from .runner import RunError, read_manifest, session_spec
 
 MAX_ONGOING = 16  # requests the gateway works on at once
 MAX_QUEUED = 64  # requests waiting beyond those; more are answered 503
+BODY_S = 60.0  # a request's body must have come within this (or its request timeout), else 408
 # requests the gateway's replica takes beyond those it holds, only to answer them 503 (at
 # once); Serve queues as many more at its proxy before it answers 503 itself, in plain text
 REFUSING = 64
@@ -157,7 +158,13 @@ class Gateway:
                                         "it answers /infer, not /generate")
                 # the body read before the request is held: a client slow to send it (or one that
                 # never does) had held a turn as long, and 16 such connections had stalled the server
-                await request.body()  # (kept by the request for its handler)
+                import asyncio
+
+                within = self.timeout_s or BODY_S
+                try:
+                    await asyncio.wait_for(request.body(), within)  # (kept by the request for its handler)
+                except asyncio.TimeoutError:
+                    return JSONResponse({"error": f"the request's body did not come within {within:g} s"}, 408)
                 if self.held >= self.max_ongoing + self.max_queued:
                     return JSONResponse({"error": f"the server is full ({self.max_ongoing} requests in "
                                                   f"progress, {self.max_queued} waiting): try again later"},
