@@ -403,6 +403,43 @@ def test_the_gateway_generates_what_the_model_does_and_refuses_in_one_line(split
     assert gen.serve_note({"inputs": [{"name": "x"}], "outputs": [{"name": "y"}]}) is None
 
 
+def test_an_infer_call_whose_mask_is_no_step_of_the_decoder_is_a_400(split):
+    """/infer on a decoder's parts: an attention mask that does not span the past and the
+    new tokens is the client's error, one line and a 400 (a part's failure deep in the
+    attention had answered it 500); a right call after it is answered right, and a mask
+    no longer than the past (GroupQueryAttention's static cache) is left to the parts."""
+    from test_batching import http, within
+
+    from onnxsplit.running.runner import Parts
+    from onnxsplit.running.serve_local import LocalGateway, PartsService
+
+    model, parts = split
+    manifest = json.loads((parts / "manifest.json").read_text())
+    g = LocalGateway("decoder", manifest, service := PartsService(Parts(parts)))
+
+    def call(ids, past, mask):
+        inputs = [{"name": "input_ids", "shape": [1, len(ids)], "datatype": "INT64", "data": ids},
+                  {"name": "attention_mask", "shape": [1, mask], "datatype": "INT64", "data": [1] * mask}]
+        inputs += [{"name": f"past_key_values.{i}.{kv}", "shape": [1, HEADS, past, DIM], "datatype": "FP32",
+                    "data": [0.0] * (HEADS * past * DIM)} for i in range(LAYERS) for kv in ("key", "value")]
+        body = json.dumps({"inputs": inputs, "outputs": [{"name": "logits"}]}).encode()
+        return within(g(http("POST", "/v2/models/decoder/infer", body)))
+
+    try:
+        for past, mask in ((0, 6), (0, 2), (3, 5)):
+            a = call(PROMPT, past, mask)
+            error = json.loads(a.body)["error"]
+            assert a.status_code == 400 and "input 'attention_mask' spans" in error and "\n" not in error, a.body
+        right = call(PROMPT, 0, len(PROMPT))
+        assert right.status_code == 200, right.body
+        logits = np.array(json.loads(right.body)["outputs"][0]["data"]).reshape(1, len(PROMPT), -1)
+        assert int(np.argmax(logits[0, -1])) == reference(model, PROMPT, 1)[0]
+    finally:
+        service.close()
+    decoder = gen.decoder_of(manifest["model"])
+    decoder.check_call({"input_ids": (1, 1), "attention_mask": (1, 5), "past_key_values.0.key": (1, 2, 10, 16)})
+
+
 def _one_part(model, planned, span, folder, threads: int = 1):
     """The decoder exported whole as one CPU part: (its folder's manifest, its part's spec)."""
     manifest = _exported(model, planned, span, folder, threads=threads)

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from onnxsplit.running.kserve import HEADER_LENGTH, ProtocolError, decode_request, encode_response, model_metadata
+from onnxsplit.running.kserve import (HEADER_LENGTH, MAX_TOKENS, ProtocolError, decode_generate, decode_request,
+                                      encode_response, model_metadata)
 
 httpclient = pytest.importorskip("tritonclient.http")
 from tritonclient.http import InferInput, InferRequestedOutput, InferResult  # noqa: E402
@@ -96,6 +97,11 @@ IDS = '{"name": "ids", "shape": [2], "datatype": "INT64", "data": [1,2]}'
     ('{"inputs": [{"name": "x", "shape": [true, 3], "datatype": "FP32", "data": [1,2,3]}, %s]}' % IDS,
      "'shape' must be a list of sizes"),
     ('{"inputs": [%s, %s, %s]}' % (X, IDS, IDS), "input 'ids' is given twice"),
+    # a string for a flag had been taken as true (binary outputs the client did not ask for)
+    ('{"inputs": [%s, %s], "outputs": [{"name": "y", "parameters": {"binary_data": "no"}}]}' % (X, IDS),
+     "output 'y': 'binary_data' must be true or false, got \"no\""),
+    ('{"inputs": [%s, %s], "parameters": {"binary_data_output": 0}}' % (X, IDS),
+     "'binary_data_output' must be true or false, got 0"),
 ])
 def test_a_bad_request_of_odd_types_is_a_400_not_a_500(body, words):
     with pytest.raises(ProtocolError, match=words) as e:
@@ -227,3 +233,28 @@ def test_the_local_engine_fails_only_what_a_failing_part_held(tmp_path, monkeypa
         service.close()
     with pytest.raises(RunError, match="stopping"):
         service.submit({"x": xs[0]})
+
+
+@pytest.mark.parametrize("body, words", [
+    # each of these had been a 500 ('>' between None and an int, in the length check) or taken
+    ({"input_ids": [3], "parameters": 0}, "'parameters' must be an object, got 0"),
+    ({"input_ids": [3], "parameters": ""}, "'parameters' must be an object"),
+    ({"input_ids": [3], "parameters": []}, "'parameters' must be an object"),
+    ({"input_ids": [3], "max_tokens": 0}, "'max_tokens' must be at least 1"),
+    ({"input_ids": [3], "max_tokens": 2.5}, "'max_tokens' must be an integer"),
+    ({"input_ids": [3], "eos_token_id": "2"}, "'eos_token_id' must be an integer"),
+])
+def test_a_bad_generate_request_is_one_line(body, words):
+    with pytest.raises(ProtocolError, match=words) as e:
+        decode_generate(json.dumps(body).encode())
+    assert "\n" not in str(e.value)
+
+
+def test_a_generate_field_given_as_null_is_not_given():
+    """null for max_tokens is its default (it had reached the length check as None, a 500);
+    one at the top that is null leaves the one in 'parameters'."""
+    assert decode_generate(b'{"input_ids": [3], "max_tokens": null}')["max_tokens"] == MAX_TOKENS
+    asked = decode_generate(b'{"input_ids": [3], "max_tokens": null, "eos_token_id": null, '
+                            b'"parameters": {"max_tokens": 4, "eos_token_id": 2}}')
+    assert (asked["max_tokens"], asked["eos"]) == (4, 2)
+    assert decode_generate(b'{"input_ids": [3], "parameters": null}')["max_tokens"] == MAX_TOKENS

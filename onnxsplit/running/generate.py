@@ -98,6 +98,21 @@ class Decoder:
                 past = f"the model's vocabulary of {self.vocab}" if self.vocab else "an int64"
                 raise RunError(f"token id {str(t)[:24]} (position {i} of the prompt) is outside {past}")
 
+    def check_call(self, shapes: Mapping[str, Sequence[int]]) -> None:
+        """RunError where one call's inputs (their shapes by name: an /infer request's) make
+        no step of this decoder: an attention mask longer than the past must span the past
+        and the new tokens (no attention takes it: onnxruntime's refused it deep inside, a
+        part's failure, a 500).  (One no longer than the past is GroupQueryAttention's
+        static cache, a buffer of the whole length, its mask the positions seen.)"""
+        if self.mask is None or "attention_mask" not in shapes or "input_ids" not in shapes:
+            return
+        new, span = shapes["input_ids"][-1], shapes["attention_mask"][-1]
+        for name in (c for c in self.caches if c in shapes):
+            past = shapes[name][self.seq_axis(name)]
+            if past < span != past + new:
+                raise RunError(f"input 'attention_mask' spans {span} positions, but '{name}' holds {past} and "
+                               f"'input_ids' {new} new: it must span their {past + new}")
+
     def seq_axis(self, name: str) -> int:
         """The cache's sequence dimension: the one the model names for the past, else -2."""
         dims = self.specs[name].get("dims") or []

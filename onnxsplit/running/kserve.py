@@ -175,7 +175,7 @@ def _check_named_dims(feeds: Mapping[str, np.ndarray], want: Mapping[str, Any]) 
 def _answer_format(request: Mapping[str, Any]) -> dict:
     """Which outputs, and which of them in binary: per requested output its
     ``binary_data`` parameter, else the request's ``binary_data_output``."""
-    default = bool(_parameters(request).get("binary_data_output", False))
+    default = _flag(_parameters(request), "binary_data_output", False)
     wanted = request.get("outputs")
     if wanted is None:
         return {"outputs": None, "binary": {}, "default": default}
@@ -183,8 +183,18 @@ def _answer_format(request: Mapping[str, Any]) -> dict:
                                                for o in wanted):
         raise ProtocolError("'outputs' must be a list of objects with a 'name'")
     return {"outputs": [o["name"] for o in wanted], "default": default,
-            "binary": {o["name"]: bool(_parameters(o, f"output '{o['name']}': ").get("binary_data", default))
-                       for o in wanted}}
+            "binary": {o["name"]: _flag(_parameters(o, f"output '{o['name']}': "), "binary_data", default,
+                                        f"output '{o['name']}': ") for o in wanted}}
+
+
+def _flag(params: Mapping[str, Any], key: str, default: bool, what: str = "") -> bool:
+    """A boolean parameter (a string such as "false" had been taken as true)."""
+    value = params.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ProtocolError(f"{what}'{key}' must be true or false, got {json.dumps(value)[:40]}")
+    return value
 
 
 def encode_response(model: str, outputs: Mapping[str, np.ndarray], answer: Mapping[str, Any],
@@ -240,9 +250,7 @@ def decode_generate(body: bytes) -> dict[str, Any]:
         raise ProtocolError("the request body is not JSON") from None
     if not isinstance(request, dict):
         raise ProtocolError("the request body must be a JSON object")
-    params = request.get("parameters") or {}
-    if not isinstance(params, dict):
-        raise ProtocolError("'parameters' must be an object")
+    params = _parameters(request)  # (0, "" or [] is no object either)
     ids = request.get("input_ids")
     if isinstance(ids, list) and len(ids) == 1 and isinstance(ids[0], list):
         ids = ids[0]  # (a batch of one prompt)
@@ -251,9 +259,13 @@ def decode_generate(body: bytes) -> dict[str, Any]:
         raise ProtocolError("'input_ids' must be a non-empty list of token ids (integers of at least 0)")
 
     def number(key: str, default: int | None) -> int | None:
-        value = request.get(key, params.get(key, default))
+        value = request.get(key)
+        if value is None:  # (null is not given: it had reached the loop, a 500)
+            value = params.get(key)
+        if value is None:
+            value = default
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise ProtocolError(f"'{key}' must be an integer of at least 0, got {json.dumps(value)}")
+            raise ProtocolError(f"'{key}' must be an integer of at least 0, got {json.dumps(value)[:40]}")
         return value
 
     max_tokens = number("max_tokens", MAX_TOKENS)

@@ -215,6 +215,11 @@ class Gateway:
         body = await request.body()
         length = request.headers.get(HEADER_LENGTH)
         feeds, answer = decode_request(body, length, self.inputs, self.shape_range)
+        if self.decoder is not None:
+            try:
+                self.decoder.check_call({k: v.shape for k, v in feeds.items()})
+            except RunError as e:
+                raise ProtocolError(str(e)) from None
         try:
             outputs = await self._answer(feeds, left())
         except Timeout:
