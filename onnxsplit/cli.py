@@ -86,6 +86,17 @@ def _at_least(low: int):
     return _number(int, lambda v: v >= low, f"must be at least {low}", "an integer")
 
 
+def _model_name(text: str) -> str:
+    """serve's --name: one segment of its URLs (letters, digits, '.', '_', '-'), as Triton's
+    model names are (a slash had made URLs no client could address)."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", text):
+        raise argparse.ArgumentTypeError(f"a model name is letters, digits, '.', '_' and '-' "
+                                         f"(one segment of a URL), got {text[:60]!r}")
+    return text
+
+
 def _positive(unit: str):
     return _number(float, lambda v: 0 < v < float("inf"), f"must be a positive number of {unit}", unit)
 
@@ -335,7 +346,8 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=_number(int, lambda v: 1 <= v <= 65535, "must be from 1 to 65535", "an integer"),
                     default=8000, metavar="N", help="HTTP port (default 8000)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    sv.add_argument("--name", metavar="NAME", help="the model's name in the URLs (default: the model file's stem)")
+    sv.add_argument("--name", metavar="NAME", type=_model_name,
+                    help="the model's name in the URLs (default: the model file's stem)")
     sv.add_argument("--engine", choices=["local", "ray"],
                     help="local: the parts in this process, run by the pipeline that `run` measures (the "
                          "default); ray: Ray Serve, a deployment a part (the default with --address)")

@@ -583,11 +583,14 @@ def test_a_manifest_that_is_no_file_is_one_line_not_a_hang(parts):
     assert sorted(x.name for x in parts.iterdir()) == before
 
 
-def test_a_port_beyond_65535_is_one_line(parts, capsys):
+@pytest.mark.parametrize("option, value, words", [("--port", "65536", "must be from 1 to 65535"),
+                                                  ("--name", "a/b", "one segment of a URL"),
+                                                  ("--name", "", "one segment of a URL")])
+def test_a_port_beyond_65535_or_a_name_no_url_can_hold_is_one_line(parts, capsys, option, value, words):
     with pytest.raises(SystemExit) as e:
-        main(["serve", str(parts), "--port", "65536"])
+        main(["serve", str(parts), option, value])
     err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 2 and len(err) == 1 and "must be from 1 to 65535" in err[0], err
+    assert e.value.code == 2 and len(err) == 1 and words in err[0], err
 
 
 def test_a_profile_that_is_no_file_is_set_aside_or_one_line(tmp_path, monkeypatch):
