@@ -85,7 +85,14 @@ def test_one_server_takes_every_load_and_stops_cleanly(tmp_path, engine):
         _batched_clients(url, session)
         _concurrent_clients_and_bad_requests(url, session)
         _soak(url, session, proc)
-        _flood(url, session, overflow=engine == "ray")
+        # on Ray some flood must overflow the gateway's limits (a request is held once its
+        # body has come, so a quick moment of the machine may take a whole flood: up to three)
+        refused = 0
+        for _ in range(3 if engine == "ray" else 1):
+            refused = _flood(url, session)
+            if refused:
+                break
+        assert refused or engine != "ray", "no flood of three overflowed the gateway's limits"
     finally:
         stopped = stop_server(proc, wait_s=30)
     assert not stopped, stopped
@@ -169,14 +176,14 @@ def _soak(url: str, session, proc) -> None:
     assert max(grew.values()) < SOAK_MIB, grew
 
 
-def _flood(url: str, session, overflow: bool) -> None:
+def _flood(url: str, session) -> int:
     """FLOOD requests at once, far beyond what the server holds: the overflow is answered
     503 at once (JSON, one line, as tritonclient reads it); every request taken is
     answered with the original model's output for its own input (none lost, altered or
-    swapped), none hangs, and the server serves on.  ``overflow``: some must be refused
-    (on Ray Serve; the local engine answers the flood as fast as the clients send it --
-    8 s for the whole test here -- so whether any is refused is up to the clients' pace:
-    its gateway's 503 beyond the limits is test_stress.py's)."""
+    swapped), none hangs, and the server serves on.  Returns how many were refused: on
+    Ray Serve the caller wants some (the local engine answers the flood as fast as the
+    clients send it -- 8 s for the whole test here -- so whether any is refused is up to
+    the clients' pace: its gateway's 503 beyond the limits is test_stress.py's)."""
     from tritonclient.http import InferenceServerClient
     from tritonclient.utils import InferenceServerException
 
@@ -232,7 +239,7 @@ def _flood(url: str, session, overflow: bool) -> None:
     assert set(codes) <= {200, 503}, [g for g in got if g[0] not in (200, 503)][:3]
     # the first HELD to arrive were taken (nothing else was held then); most of the rest
     # came while that many were held
-    assert codes.count(200) >= HELD and (codes.count(503) >= 1 or not overflow), codes
+    assert codes.count(200) >= HELD, codes
     for k, (code, what) in enumerate(got):
         if code == 200:  # this request's own output: distinct inputs, so nothing swapped
             np.testing.assert_allclose(what, session.run(None, {"x": xs[k]})[0], rtol=1e-5, atol=1e-5)
@@ -247,6 +254,7 @@ def _flood(url: str, session, overflow: bool) -> None:
     after = _stats(url)["inference_stats"]
     assert after["success"]["count"] - before["success"]["count"] == codes.count(200) + 1
     assert after["fail"]["count"] == before["fail"]["count"]
+    return codes.count(503)
 
 
 def _input(x):
