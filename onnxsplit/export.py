@@ -267,7 +267,7 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
                                + [(ANNOTATED, ANNOTATED, CPU_EP)] if check else []):
             check_part(staging / file, what, ep)
         manifest = _manifest(graph, parts, links, weights, threads or {}, predicted, plan, device_ids or {},
-                             machines or {}, types)
+                             machines or {}, types, model.graph.node)
         if shape_range:
             manifest["model"]["shape_range"] = ranges.as_json(shape_range)
         for entry in manifest["parts"]:
@@ -712,15 +712,13 @@ def _tensor_entry(graph: OpGraph, name: str) -> dict[str, Any]:
     return {"name": name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes}
 
 
-def index_bound(graph: OpGraph, name: str) -> int | None:
+def _lookups(graph: OpGraph, name: str) -> list | None:
     """Where input ``name`` is only ever the indices of a Gather from a weight (token ids
-    into an embedding), a bound every index below is safe for, whatever the Gather's axis
-    (the table's smallest dimension): the check then feeds ids spread over the table, not
-    the one row a constant id reads (a damaged row elsewhere went unseen); else None."""
+    into an embedding): each such Gather node with its table; else None."""
     t = graph.tensors.get(name)
     if t is None or not t.dtype.startswith(("int", "uint")) or not t.consumers:
         return None
-    bounds = []
+    found = []
     for c in t.consumers:
         node = graph.node(c)
         if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") \
@@ -729,29 +727,32 @@ def index_bound(graph: OpGraph, name: str) -> int | None:
         table = graph.tensors.get(node.inputs[0])
         if table is None or table.kind != "initializer" or not table.shape or min(table.shape) < 1:
             return None
-        bounds.append(min(table.shape))
-    return min(bounds)
+        found.append((node, table))
+    return found
 
 
-def index_rows(graph: OpGraph, names) -> dict[str, int]:
-    """Of the inputs ``names`` that are only ever the indices of Gathers from weights (token
-    ids into an embedding): the fewest rows any of those tables has along its Gather's axis.
-    An index must lie in [-rows, rows) (ONNX's Gather); serve refuses one outside, which
-    onnxruntime refuses and OpenVINO answers with zeros."""
-    todo = [n for n in names if index_bound(graph, n)]
-    if not todo:
-        return {}
-    nodes = graph.proto().graph.node
-    out = {}
-    for name in todo:
-        rows = []
-        for c in graph.tensors[name].consumers:
-            node = graph.node(c)
-            axis = next((a.i for a in nodes[node.index].attribute if a.name == "axis"), 0)
-            shape = graph.tensors[node.inputs[0]].shape
-            rows.append(shape[axis] if -len(shape) <= axis < len(shape) else min(shape))
-        out[name] = min(rows)
-    return out
+def index_bound(graph: OpGraph, name: str) -> int | None:
+    """Where input ``name`` is only ever the indices of a Gather from a weight (token ids
+    into an embedding), a bound every index below is safe for, whatever the Gather's axis
+    (the table's smallest dimension): the check then feeds ids spread over the table, not
+    the one row a constant id reads (a damaged row elsewhere went unseen); else None."""
+    found = _lookups(graph, name)
+    return min(min(table.shape) for _, table in found) if found else None
+
+
+def index_rows(graph: OpGraph, name: str, nodes) -> int | None:
+    """Where input ``name`` is only ever the indices of Gathers from weights: the fewest rows
+    any of those tables has along its Gather's axis (``nodes``: the model file's, which hold
+    the axes); else None.  An index must lie in [-rows, rows) (ONNX's Gather); serve refuses
+    one outside, which onnxruntime refuses and OpenVINO answers with zeros."""
+    found = _lookups(graph, name)
+    if not found:
+        return None
+    rows = []
+    for node, table in found:
+        axis = next((a.i for a in nodes[node.index].attribute if a.name == "axis"), 0)
+        rows.append(table.shape[axis] if -len(table.shape) <= axis < len(table.shape) else min(table.shape))
+    return min(rows)
 
 
 def _dim_names(t: onnx.TypeProto) -> list[str | None]:
@@ -764,7 +765,7 @@ def _dim_names(t: onnx.TypeProto) -> list[str | None]:
 
 def _manifest(graph: OpGraph, parts: list[Part], links: _Links, weights: "_WeightWriter", threads,
               predicted, plan, device_ids: Mapping[str, int], machines: Mapping[str, str],
-              types: Mapping[str, onnx.TypeProto] | None = None) -> dict[str, Any]:
+              types: Mapping[str, onnx.TypeProto], nodes) -> dict[str, Any]:
     producer, consumers = links
     device = {p.name: p.device for p in parts}
     entries = []
@@ -789,7 +790,6 @@ def _manifest(graph: OpGraph, parts: list[Part], links: _Links, weights: "_Weigh
         crossing.append(dict(_tensor_entry(graph, t), producer=src, consumers=consumers[t],
                              devices=[device[src]] + sorted({device[c] for c in consumers[t]}),
                              cross_device=any(device[c] != device[src] for c in consumers[t])))
-    rows = index_rows(graph, graph.inputs)
     return {
         "format": FORMAT,
         "model": {
@@ -799,7 +799,7 @@ def _manifest(graph: OpGraph, parts: list[Part], links: _Links, weights: "_Weigh
             "inputs": [dict(_tensor_entry(graph, t), **({"fill": graph.input_fills[t]}
                                                         if t in graph.input_fills else {}),
                             **({"index_below": below} if (below := index_bound(graph, t)) else {}),
-                            **({"index_rows": rows[t]} if t in rows else {}),
+                            **({"index_rows": rows} if (rows := index_rows(graph, t, nodes)) else {}),
                             **({"dims": _dim_names(types[t])} if t in (types or {}) else {}))
                        for t in graph.inputs],
             "outputs": [dict(_tensor_entry(graph, t), **{"from": producer.get(t, MODEL_INPUT)},

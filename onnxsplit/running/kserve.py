@@ -133,10 +133,11 @@ def decode_request(body: bytes, header_length: str | None, inputs,
             if array.size != count:
                 raise ProtocolError(f"input '{name}': {array.size} values for shape {shape}")
         rows = spec.get("index_rows")
-        if rows and array.size and (int(array.min()) < -rows or int(array.max()) >= rows):
-            bad = int(array.min()) if int(array.min()) < -rows else int(array.max())
-            raise ProtocolError(f"input '{name}': index {bad} is outside the {rows} rows of the table it "
-                                f"reads (from {-rows} to {rows - 1})")
+        if rows and array.size:
+            low, high = int(array.min()), int(array.max())
+            if low < -rows or high >= rows:
+                raise ProtocolError(f"input '{name}': index {low if low < -rows else high} is outside the {rows} "
+                                    f"rows of the table it reads (from {-rows} to {rows - 1})")
         feeds[name] = array.astype(np_type, copy=False).reshape(shape)
     missing = [n for n in want if n not in feeds]
     if missing:

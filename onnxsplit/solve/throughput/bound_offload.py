@@ -95,11 +95,13 @@ def _ends(tensors, work, k: int) -> tuple[int, int]:
     tensors around it: a set avoiding both cannot be a prefix or a suffix with the work
     of a part, nor cheaply step round one of them."""
     source, ptr, members, weight = tensors
-    around = np.zeros(len(work))
-    for t in range(len(weight)):
-        held = np.unique(np.append(members[ptr[t]:ptr[t + 1]], source[t]))
-        if len(held) > 1:
-            around[held] += weight[t]
+    n, H = len(work), len(weight)
+    # each (tensor, class) it touches once, its source among them
+    of = np.concatenate([np.repeat(np.arange(H), np.diff(ptr)), np.arange(H)])
+    touched = np.unique(of * n + np.concatenate([members, source]))
+    of, held = touched // n, touched % n
+    spread = np.bincount(of, minlength=H) > 1  # (a tensor within one class crosses nothing)
+    around = np.bincount(held[spread[of]], weights=weight[of[spread[of]]], minlength=n)
     cum = np.cumsum(work)
     W = float(cum[-1])
 
