@@ -80,6 +80,57 @@ X = '{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1,2,3,4,5,6]}'
 IDS = '{"name": "ids", "shape": [2], "datatype": "INT64", "data": [1,2]}'
 
 
+def test_the_local_engine_answers_a_request_as_soon_as_its_outputs_are_out(tmp_path, monkeypatch):
+    """Two streams of one part: a request submitted after one that is still running is
+    answered when its own run ends (it had waited for the earlier one's: a batch of 1 row
+    behind a batch of 6 on the other stream, and batching served fewer requests than none)."""
+    import threading
+
+    import onnxruntime as ort
+
+    from onnx_models import mlp
+    from onnxsplit.export import export
+    from onnxsplit.graph import OpGraph
+    from onnxsplit.running.runner import Parts
+    from onnxsplit.running.serve_local import PartsService
+
+    model = mlp(tmp_path / "m.onnx", layers=2, width=16, dynamic_batch=True)
+    g = OpGraph.from_onnx(str(model), {"x": [2, 16]})
+    out = export(g, {n.name: "cpu0" for n in g.nodes}, tmp_path / "p",
+                 providers={"cpu0": "CPUExecutionProvider"}, threads={"cpu0": 1}, replicas={"cpu0": 2},
+                 shape_range={"x": [[1, 8], [16, 16]]}).out
+    parts = Parts(out, served=True)
+    assert parts.default_depth() >= 2
+    release, started = threading.Event(), threading.Event()
+    real = parts._call
+
+    def slow_first(i, values, copy=0):
+        if float(values["x"][0, 0]) == 777.0:
+            started.set()
+            assert release.wait(timeout=60)
+        return real(i, values, copy)
+
+    monkeypatch.setattr(parts, "_call", slow_first)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    service = PartsService(parts)
+    try:
+        first = np.full((6, 16), 777.0, np.float32)
+        later = np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)
+        a = service.submit({"x": first})
+        assert started.wait(timeout=30)
+        b = service.submit({"x": later})
+        got = b.result(timeout=30)  # (the first still running on the other stream)
+        assert not a.done()
+        np.testing.assert_allclose(got[session.get_outputs()[0].name], session.run(None, {"x": later})[0],
+                                   rtol=1e-5, atol=1e-6)
+        release.set()
+        np.testing.assert_allclose(a.result(timeout=30)[session.get_outputs()[0].name],
+                                   session.run(None, {"x": first})[0], rtol=1e-5, atol=1e-6)
+    finally:
+        release.set()
+        service.close()
+
+
 @pytest.mark.parametrize("body, words", [
     # each of these had been a 500 (a Python error's words, or a part failing on what it was given)
     ('{"inputs": [%s, %s], "parameters": [1]}' % (X, IDS), "'parameters' must be an object"),

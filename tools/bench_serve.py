@@ -5,7 +5,7 @@ dynamic batching, without it (``--no-batching``), of the whole model served the 
 (``--parts``), each on serve's local engine (the parts in the server's process) and, where
 asked, on Ray Serve, and of onnxruntime's default session called in this process, at each
 concurrency, on the same requests -- and, where installed, OpenVINO's THROUGHPUT hint called
-in this process (``ov``, computing in float32 as the parts do).
+in this process (``ov``, in OpenVINO's default precision: bf16 on a CPU with bf16 units).
 
     python tools/bench_serve.py MODEL --input-shape x=1..8x64 --requests 400 --concurrency 1,4,16,32 \\
         [--parts FOLDER] [--rates 50,100] [--request-batch 1] [--plot out.html]
@@ -28,7 +28,9 @@ soon as the last is answered.  Open loop (``--rates``): requests start at fixed 
 R per second, whatever the answers; a latency counts from the request's planned start,
 so a server that falls behind shows it.  Each point ends after ``--requests`` requests or
 ``--point-seconds``, whichever comes first; every answer is compared with onnxruntime's
-on the original model (``bad`` counts those that differ, ``err`` the failed requests).
+on the original model (``bad`` counts those that differ, ``err`` the failed requests):
+within float32's rounding, or where a server computes in bf16 (OpenVINO's default, a plan
+made in it) as the parts' own check allows (:func:`expected_in`).
 ``req/exec``: requests per execution of the parts, from the server's
 ``/v2/models/NAME/stats`` (1.0 without batching).  Localhost only; a server is stopped
 (SIGINT) before the next starts.
@@ -156,7 +158,37 @@ class Client:
 
 
 def same(got, want) -> bool:
-    return all(g.shape == w.shape and np.allclose(g, w, rtol=1e-4, atol=1e-5) for g, w in zip(got, want))
+    """``want``: (the original's outputs, the error each may have beyond float32's rounding:
+    None, or in bf16 the parts' own check's, :func:`expected_in`)."""
+    outputs, allowed = want
+    return all(g.shape == w.shape and (np.allclose(g, w, rtol=1e-4, atol=1e-5) if a is None else
+                                       bool(np.all(np.abs(g.astype(np.float64) - w) <= a)))
+               for g, w, a in zip(got, outputs, allowed))
+
+
+def expected_in(precision: str, model: Path, session, pool, outputs) -> list:
+    """Each pooled request's answer as a server computing in ``precision`` is held to it:
+    float32 (`f32`) to onnxruntime's within rounding; `bf16` (OpenVINO's default on a CPU
+    with bf16 units, and the parts' where the plan computes in it) as the parts' own check
+    holds them (:mod:`onnxsplit.running.verify`): REDUCED_FACTOR times as far as the whole
+    model moves when OpenVINO computes it in bf16, on that request."""
+    if precision == "f32":
+        return [(o, [None] * len(o)) for o in outputs]
+    from onnxsplit.running import verify
+
+    names = [o.name for o in session.get_outputs()]
+    out = []
+    for feeds, o in zip(pool, outputs):
+        moved = verify.reduced_spread(model, feeds, dict(zip(names, o)), precision)["spread"]
+        out.append((o, [None if n not in moved else max(1e-5 + 1e-4 * float(np.max(np.abs(w), initial=0)),
+                                                        verify.REDUCED_FACTOR * moved[n])
+                        for n, w in zip(names, o)]))
+    return out
+
+
+def precision_of(folder: Path) -> str:
+    """What a parts folder's OpenVINO parts compute in (its manifest's ``precision``)."""
+    return json.loads((folder / "manifest.json").read_text()).get("precision") or "f32"
 
 
 def closed_loop(make_call, pool, expected, concurrency: int, count: int, seconds: float) -> dict:
@@ -368,7 +400,13 @@ def main() -> int:
         built = build_parts(args.model, r, tmp)
         if args.parts:
             built["plan"] = args.parts.resolve()
-        session, pool, expected = requests(args.model, r, rows_per_request, args.pad_dimension)
+        session, pool, outputs = requests(args.model, r, rows_per_request, args.pad_dimension)
+        checks: dict[str, list] = {}
+
+        def expected_for(precision: str) -> list:  # (computed once a precision)
+            if precision not in checks:
+                checks[precision] = expected_in(precision, args.model, session, pool, outputs)
+            return checks[precision]
         print(f"# {args.model.name}: range {', '.join(f'{k}={ranges.text(v)}' for k, v in r.items())}, "
               f"{rows_per_request} row(s) per request, {args.requests} requests per point, "
               f"{os.cpu_count()} CPUs", flush=True)
@@ -379,13 +417,16 @@ def main() -> int:
             if which == "ov":  # OpenVINO's own runtime as its users run it for throughput, in this process
                 import openvino as ov
 
-                compiled = ov.Core().compile_model(str(args.model), "CPU", {
-                    "PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"})  # (f32: checked as the rest)
+                from onnxsplit.providers import openvino as ov_provider
+
+                # in OpenVINO's own default precision, as its users get it (bf16 on a CPU with bf16 units)
+                precision = ov_provider.default_precision()
+                compiled = ov.Core().compile_model(str(args.model), "CPU", {"PERFORMANCE_HINT": "THROUGHPUT"})
 
                 def make_call(compiled=compiled):  # an infer request a client: the streams run them side by side
                     request = compiled.create_infer_request()
                     return lambda feeds: [np.array(v) for v in request.infer(feeds).values()]
-                server, label = None, "ov THROUGHPUT hint (f32)"
+                server, label = None, f"ov THROUGHPUT hint ({precision})"
             elif which == "ort":  # onnxruntime's default session, called in this process
                 import onnxruntime as ort
 
@@ -393,7 +434,7 @@ def main() -> int:
 
                 def make_call(direct=direct):
                     return lambda feeds: direct.run(None, feeds)
-                server, label = None, "ort default session"
+                server, label, precision = None, "ort default session", "f32"
             else:
                 kind, _, engine = which.partition("@")
                 folder, flags = folders[kind]
@@ -402,10 +443,14 @@ def main() -> int:
                 delay = [] if args.max_queue_delay_microseconds is None or "--no-batching" in flags else [
                     "--max-queue-delay-microseconds", str(args.max_queue_delay_microseconds)]
                 server = Server(folder, [*flags, *delay, "--engine", engine or "local"], tmp)
+                precision = precision_of(folder)
+                if precision != "f32":
+                    label += f" ({precision})"
 
                 def make_call(server=server):
                     return Client(server.url, "m", session)
             try:
+                expected = expected_for(precision)
                 make_call()(pool[0])  # warm up
                 points = [(f"closed c={c}", lambda c=c: closed_loop(make_call, pool, expected, c, args.requests,
                                                                     args.point_seconds)) for c in concurrency]

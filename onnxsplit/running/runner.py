@@ -321,8 +321,8 @@ def _check_assignment(sess, want: Mapping[str, str]) -> dict[str, Any]:
 
 class Pipeline:
     """Samples through the parts, each device's parts run by its own worker threads; outputs
-    in the order of the samples (:meth:`Parts.stream`; `serve`'s local engine keeps one
-    running and watches :attr:`stop`)."""
+    in the order of the samples (:meth:`Parts.stream`), or each as it finishes, with its
+    sample's number (`serve`'s local engine keeps one running and watches :attr:`stop`)."""
 
     def __init__(self, parts: Parts, depth: int, timeout_s: float | None):
         self.p = parts
@@ -336,7 +336,11 @@ class Pipeline:
         self.lock = threading.Lock()
         self.state: dict[int, dict[str, Any]] = {}  # sample -> {"values", "waiting", "left"}
 
-    def run(self, samples: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
+    def run(self, samples: Iterable[Mapping[str, Any]], ordered: bool = True) -> Iterator[Any]:
+        """Each sample's outputs, in the samples' order; ``ordered=False``: (sample number,
+        outputs) as each finishes -- a server's small batch is not held behind a large one
+        that started before it on the other stream (its batches of unequal sizes had served
+        fewer requests than the same server unbatched)."""
         workers = [threading.Thread(target=self._work, args=(d, k), daemon=True,
                                     name=f"onnxsplit-{d}-{k}")
                    for d in self.p.devices for k in range(self.p.workers(d))]
@@ -353,6 +357,9 @@ class Pipeline:
                 if item is None:
                     break
                 s, outputs = item
+                if not ordered:
+                    yield item
+                    continue
                 finished[s] = outputs
                 while next_out in finished:
                     yield finished.pop(next_out)

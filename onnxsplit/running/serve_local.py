@@ -15,7 +15,6 @@ Serve stays the engine for a cluster (``--address``) and for replicas on other n
 from __future__ import annotations
 
 import asyncio
-import collections
 import json
 import queue
 import sys
@@ -37,14 +36,15 @@ STOP_S = 0.8  # for uvicorn to close its connections at Ctrl-C (the command ends
 
 class PartsService:
     """The loaded parts behind one long-lived pipeline: :meth:`submit` a request's (or a
-    batch's) inputs from any thread and get a future of its outputs.  A part that fails
-    fails the requests the pipeline held (each with the part's one-line error) and a new
-    pipeline takes the next ones."""
+    batch's) inputs from any thread and get a future of its outputs, answered as soon as
+    they are out (not in the order submitted).  A part that fails fails the requests the
+    pipeline held (each with the part's one-line error) and a new pipeline takes the next
+    ones."""
 
     def __init__(self, parts: Parts):
         self.parts = parts
-        self._inbox: queue.Queue = queue.Queue()
-        self._waiting: collections.deque[Future] = collections.deque()  # in the inbox's order
+        self._inbox: queue.Queue = queue.Queue()  # (feeds, future), in the order submitted
+        self._pending: set[Future] = set()  # submitted, not answered
         self._lock = threading.Lock()
         self._closed = False
         self._pipeline: Pipeline | None = None
@@ -56,8 +56,8 @@ class PartsService:
         with self._lock:
             if self._closed:
                 raise RunError("the server is stopping")
-            self._waiting.append(future)
-            self._inbox.put(feeds)
+            self._pending.add(future)
+            self._inbox.put((feeds, future))
         return future
 
     def close(self) -> None:
@@ -68,21 +68,29 @@ class PartsService:
             self._pipeline.stop.set()
         self._thread.join(timeout=2)
 
-    def _samples(self, pipeline: Pipeline) -> Iterator[Mapping[str, Any]]:
+    def _samples(self, pipeline: Pipeline, taken: dict[int, Future]) -> Iterator[Mapping[str, Any]]:
+        """The inbox's feeds, each future kept under the number the pipeline gives its sample."""
+        n = 0
         while not (pipeline.stop.is_set() or self._closed):
             try:
-                yield self._inbox.get(timeout=POLL_S)
+                feeds, future = self._inbox.get(timeout=POLL_S)
             except queue.Empty:
                 continue
+            taken[n] = future
+            n += 1
+            yield feeds
 
     def _serve(self) -> None:
         while not self._closed:
             self._pipeline = pipeline = Pipeline(self.parts, self.parts.default_depth(), None)
+            taken: dict[int, Future] = {}
             try:
-                for outputs in pipeline.run(self._samples(pipeline)):
+                for s, outputs in pipeline.run(self._samples(pipeline, taken), ordered=False):
+                    future = taken.pop(s)
                     with self._lock:
-                        future = self._waiting.popleft()
-                    future.set_result(outputs)
+                        self._pending.discard(future)
+                    if not future.done():
+                        future.set_result(outputs)
             except BaseException as e:  # a part failed: what the pipeline held fails with it
                 with self._lock:
                     self._fail_waiting(e if isinstance(e, RunError) else RunError(str(e)))
@@ -94,10 +102,10 @@ class PartsService:
                 self._inbox.get_nowait()
             except queue.Empty:
                 break
-        while self._waiting:
-            future = self._waiting.popleft()
+        for future in self._pending:
             if not future.done():
                 future.set_exception(error)
+        self._pending.clear()
 
 
 class LocalGateway(Gateway):
