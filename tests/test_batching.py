@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from onnxsplit.errors import OnnxsplitError, RunError
-from onnxsplit.running.batching import Batcher, Options, Timeout, batch_dimension, options
+from onnxsplit.running.batching import Batcher, Options, Timeout, batch_dimension, options, pad_allowance
 from onnxsplit.running.kserve import ProtocolError
 
 W = np.random.default_rng(7).standard_normal((6, 6)).astype(np.float32)
@@ -469,6 +469,48 @@ def test_requests_of_other_lengths_are_padded_into_one_batch_and_cut_back():
             assert set(g) == set(want)
             for n in want:
                 np.testing.assert_array_equal(g[n], want[n])
+
+
+def predicted(points) -> list[dict]:
+    """A manifest's ``predicted.per_shape`` for (rows, tokens, ms) points."""
+    return [{"shapes": {"ids": [r, n], "mask": [r, n]}, "latency_ms": ms} for r, n, ms in points]
+
+
+def test_padding_is_allowed_what_a_call_costs_beyond_its_tokens():
+    """The allowance is the predicted latency's fixed part over its part a token (rows x
+    positions): on exact lines, that ratio; unknown (any padding) from fewer than two sizes,
+    none where a call has no fixed part."""
+    pad = options(tokens_model(), pad_dimension="sequence")[0].pad
+    # 2 ms + 0.25 ms a token, at 1x4, 2x8 and 8x16
+    line = predicted([(1, 4, 2 + 0.25 * 4), (2, 8, 2 + 0.25 * 16), (8, 16, 2 + 0.25 * 128)])
+    assert pad_allowance(line, pad) == pytest.approx(8.0)
+    assert pad_allowance(predicted([(1, 4, 3.0), (1, 8, 5.0)]), pad) == pytest.approx(2.0)  # (1 ms + 0.5 a token)
+    assert pad_allowance(predicted([(1, 4, 1.0), (2, 8, 4.0)]), pad) == 0.0  # (no fixed cost: fitted below 0)
+    assert pad_allowance(predicted([(2, 8, 3.0)]), pad) is None
+    assert pad_allowance(None, pad) is None and pad_allowance("junk", pad) is None
+    assert pad_allowance(predicted([(1, 4, float("nan")), (2, 8, 4.0)]), pad) is None
+    opts, _ = options(tokens_model(), pad_dimension="sequence", per_shape=line)
+    assert opts.pad.allowance == pytest.approx(8.0) and "costs less than a call" in opts.describe()
+
+
+def test_a_request_joins_a_padded_batch_only_where_its_padding_costs_less_than_a_call():
+    """Allowance 6: of requests of 3, 16, 4, 2 and 15 tokens (in that order) the first batch
+    takes 3, 4 and 2 (padding 1 + 0 + 2), the 16 and 15 wait and go together (padding 1);
+    the 16 would have added 13 alone.  Each answer is still its own; with no allowance
+    all five go as one call, as before."""
+    lengths = (3, 16, 4, 2, 15)
+    reqs = [token_request(n, seed) for seed, n in enumerate(lengths)]
+    line = predicted([(1, 1, 1.5 + 0.25), (1, 9, 1.5 + 0.25 * 9)])  # (1.5 ms a call, 0.25 a token: 6)
+    for per_shape, calls in ((line, [(2, 16), (3, 4)]), (None, [(5, 16)])):
+        opts, _ = options(tokens_model(), max_queue_delay_microseconds=20_000, pad_dimension="sequence",
+                          per_shape=per_shape)
+        parts = FakeParts(compute=tokens)
+        b = Batcher(parts, opts, ["ids", "mask"], max_in_flight=2)
+        got = within(submit_all(b, reqs))
+        assert sorted(c["ids"] for c in parts.calls) == calls
+        for r, g in zip(reqs, got):
+            for n, want in tokens(r).items():
+                np.testing.assert_array_equal(g[n], want)
 
 
 def test_padding_refuses_inputs_that_disagree_on_the_length():

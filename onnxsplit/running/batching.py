@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Mapping
 
 import numpy as np
@@ -70,6 +70,9 @@ class Padding:
     inputs: tuple[tuple[str, int], ...]
     outputs: tuple[tuple[str, int], ...]
     masks: tuple[str, ...]
+    # the padding (rows x positions along it) a request may add to a batch: what one call
+    # less is worth (:func:`pad_allowance`); None: any
+    allowance: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class Options:
         preferred = f", preferred {'/'.join(map(str, self.preferred_batch_size))}" \
             if self.preferred_batch_size else ""
         pad = f", padding '{self.pad.name}' to a batch's longest" if self.pad else ""
+        if self.pad and self.pad.allowance is not None:
+            pad += f" where that costs less than a call (at most {self.pad.allowance:.0f} padded rows x positions a request)"
         return (f"batching up to {self.max_batch_size} rows, waiting at most "
                 f"{self.max_queue_delay_microseconds} us{preferred}{pad}")
 
@@ -119,6 +124,29 @@ def padding(model: Mapping[str, Any], name: str) -> Padding:
         raise OnnxsplitError(f"--pad-dimension {name}: no attention mask over it among the inputs "
                              f"({', '.join(t for t, _ in inputs)}): the model would read the padding")
     return Padding(name, tuple(inputs), tuple(outputs), masks)
+
+
+def pad_allowance(per_shape: Any, pad: Padding) -> float | None:
+    """How much padding (rows x positions along the padded dimension) one call less is
+    worth: a call's fixed cost over its cost a position, fitted (least squares, a line in
+    rows x positions) on the plan's predicted latency at the range's shapes (the manifest's
+    ``predicted.per_shape``); None where fewer than two sizes were predicted (any padding).
+    Why: padding is work; the held-out T5-small encoder (a call's fixed cost about 3
+    positions' worth) served requests of 32 to 128 tokens slower padded than unbatched,
+    where models/small_bert (about 31) gained by it."""
+    name, axis = pad.inputs[0]
+    points = []
+    for p in per_shape if isinstance(per_shape, list) else []:
+        shape = ((p or {}).get("shapes") or {}).get(name) if isinstance(p, dict) else None
+        ms = p.get("latency_ms") if isinstance(p, dict) else None
+        if isinstance(shape, list) and len(shape) > axis and isinstance(ms, (int, float)) and np.isfinite(ms):
+            points.append((float(shape[0]) * float(shape[axis]), float(ms)))
+    if len({x for x, _ in points}) < 2:
+        return None
+    slope, fixed = np.polyfit([x for x, _ in points], [y for _, y in points], 1)
+    if not slope > 0:
+        return None
+    return max(0.0, float(fixed / slope))
 
 
 def batch_dimension(model: Mapping[str, Any]) -> tuple[tuple[int, int] | None, str]:
@@ -163,9 +191,11 @@ def batch_dimension(model: Mapping[str, Any]) -> tuple[tuple[int, int] | None, s
 
 def options(model: Mapping[str, Any], *, enabled: bool = True, max_batch_size: int | None = None,
             max_queue_delay_microseconds: int | None = None,
-            preferred_batch_size=(), pad_dimension: str | None = None) -> tuple[Options | None, str]:
+            preferred_batch_size=(), pad_dimension: str | None = None,
+            per_shape: Any = None) -> tuple[Options | None, str]:
     """(the batcher's options for a manifest's ``model``, "") or (None, why it is off); a
-    one-line :class:`OnnxsplitError` for values that do not fit it."""
+    one-line :class:`OnnxsplitError` for values that do not fit it.  ``per_shape``: the
+    manifest's predictions at the range's shapes (what padding is worth: :func:`pad_allowance`)."""
     given = [flag for flag, v in (("--max-batch-size", max_batch_size),
                                   ("--max-queue-delay-microseconds", max_queue_delay_microseconds),
                                   ("--preferred-batch-size", list(preferred_batch_size) or None),
@@ -193,6 +223,8 @@ def options(model: Mapping[str, Any], *, enabled: bool = True, max_batch_size: i
     if bad:
         raise OnnxsplitError(f"--preferred-batch-size {bad[0]} is not between 1 and the largest batch, {size}")
     pad = padding(model, pad_dimension) if pad_dimension is not None else None
+    if pad is not None:
+        pad = replace(pad, allowance=pad_allowance(per_shape, pad))
     if size == 1:
         return None, "--max-batch-size 1"
     return Options(size, delay, preferred, pad), ""
@@ -335,31 +367,43 @@ class Batcher:
         self.stats.execution(rows, requests, time.perf_counter_ns() - begin)
         return out
 
-    def _cut(self, queue) -> tuple[int, bool, int, int]:
-        """(requests that fit one batch from the front, whether that fills it, the requests
-        up to the largest preferred size met on the way (0: none), the rows they make)."""
-        total = n = pref = pref_rows = 0
-        for item in queue:
+    def _cut(self, queue) -> tuple[list[int], bool, list[int]]:
+        """(the requests of one batch, oldest first, by their places in the queue; whether
+        they fill it; those of them making the largest preferred size met on the way ([]:
+        none)).  The oldest is always in; under a padded dimension with an allowance
+        (:func:`pad_allowance`) a later one joins only where the padding it adds (to itself,
+        or to those in already where it is longer) is worth less than the call it saves, and
+        one that is not waits for a batch nearer its length."""
+        allow = self.options.pad.allowance if self.options.pad else None
+        total = longest = 0
+        taken: list[int] = []
+        pref: list[int] = []
+        for k, item in enumerate(queue):
             if total + item.rows > self.options.max_batch_size:
-                return n, True, pref, pref_rows
+                return taken, True, pref
+            length = self._length(item) if allow is not None else 0
+            if taken and allow is not None and \
+                    (total + item.rows) * max(longest, length) - total * longest - item.rows * length > allow:
+                continue
+            taken.append(k)
             total += item.rows
-            n += 1
+            longest = max(longest, length)
             if total in self.options.preferred_batch_size:
-                pref, pref_rows = n, total
-        return n, total == self.options.max_batch_size, pref, pref_rows
+                pref = list(taken)
+        return taken, total == self.options.max_batch_size, pref
 
-    def _ready(self, now: float) -> tuple[tuple, int] | None:
-        """The queue to send from now and how many of its requests, oldest first; None
-        while every queue may still wait."""
+    def _ready(self, now: float) -> tuple[tuple, list[int]] | None:
+        """The queue to send from now and which of its requests (places in it, oldest
+        first); None while every queue may still wait."""
         delay = self.options.max_queue_delay_microseconds / 1e6 - 1e-6  # (a timer may fire that early)
         top = max(self.options.preferred_batch_size, default=None)
         best = None
         for key, queue in self._queues.items():
-            n, full, pref, pref_rows = self._cut(queue)
-            if pref and pref_rows == top:
+            taken, full, pref = self._cut(queue)
+            if pref and sum(queue[k].rows for k in pref) == top:
                 take = pref
             elif full or now - queue[0].since >= delay:
-                take = pref or n
+                take = pref or taken
             else:
                 continue
             if best is None or queue[0].since < self._queues[best[0]][0].since:
@@ -376,11 +420,17 @@ class Batcher:
             pick = self._ready(loop.time())
             if pick is None:
                 break
-            key, n = pick
+            key, take = pick
             queue = self._queues[key]
-            batch = [queue.popleft() for _ in range(n)]
-            if not queue:
+            batch = [queue[k] for k in take]
+            if len(take) == len(queue):
                 del self._queues[key]
+            elif take == list(range(len(take))):
+                for _ in take:
+                    queue.popleft()
+            else:
+                chosen = set(take)
+                self._queues[key] = collections.deque(item for k, item in enumerate(queue) if k not in chosen)
             self._in_flight += 1
             task = loop.create_task(self._send(batch))
             self._tasks.add(task)
@@ -439,10 +489,13 @@ class Batcher:
 
     def _lengths(self, batch: list[_Waiting]) -> list[int]:
         """Each request's length along the padded dimension (0 each where none is)."""
+        return [self._length(item) for item in batch]
+
+    def _length(self, item: _Waiting) -> int:
         if not self.options.pad:
-            return [0] * len(batch)
+            return 0
         name, axis = self.options.pad.inputs[0]
-        return [int(item.feeds[name].shape[axis]) for item in batch]
+        return int(item.feeds[name].shape[axis])
 
     def _padded(self, a: np.ndarray, name: str, length: int) -> np.ndarray:
         """Input ``name`` of one request padded with zeros to ``length`` along the padded

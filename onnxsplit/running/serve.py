@@ -106,7 +106,8 @@ class Gateway:
         info = {"enabled": self.batcher.off is None, "max_batch_size": o.max_batch_size,
                 "max_queue_delay_microseconds": o.max_queue_delay_microseconds,
                 "preferred_batch_size": list(o.preferred_batch_size), "max_in_flight": self.batcher.max_in_flight,
-                "pad_dimension": o.pad.name if o.pad else None}
+                "pad_dimension": o.pad.name if o.pad else None,
+                "pad_allowance": o.pad.allowance if o.pad else None}
         if self.batcher.off:
             info["why_not"] = self.batcher.off
         return info
@@ -358,7 +359,8 @@ def prepared(parts_dir, *, batching: bool, max_batch_size: int | None, max_queue
     manifest = read_manifest(parts_dir)
     batched, why = batch_options(manifest["model"], enabled=batching, max_batch_size=max_batch_size,
                                  max_queue_delay_microseconds=max_queue_delay_microseconds,
-                                 preferred_batch_size=tuple(preferred_batch_size or ()), pad_dimension=pad_dimension)
+                                 preferred_batch_size=tuple(preferred_batch_size or ()), pad_dimension=pad_dimension,
+                                 per_shape=(manifest.get("predicted") or {}).get("per_shape"))
     if request_timeout_ms is not None and request_timeout_ms <= 0:
         raise RunError(f"--request-timeout-ms must be at least 1, got {request_timeout_ms}")
     return manifest, batched, why, serve_note(manifest["model"])
