@@ -254,8 +254,8 @@ def provider_lines() -> list[str]:
     if openvino.available():
         out.append(f"{openvino.RUNTIME}: OpenVINO {openvino.version()} on {openvino.device_name()}, "
                    f"sharing the CPU's cores with {CPU_EP}"
-                   + ("; it computes in bf16 by default on this CPU, onnxsplit's parts in float32 unless "
-                      "split with --precision bf16" if openvino.bf16_units() else ""))
+                   + ("; it computes in bf16 by default on this CPU, and so do onnxsplit's parts on it "
+                      "(--precision f32 holds them to float32)" if openvino.bf16_units() else ""))
     else:
         out.append(f"{openvino.RUNTIME}: absent (pip install openvino, or 'onnxsplit[openvino]')")
     found = {p.name: p for p in plugins.plugins()}

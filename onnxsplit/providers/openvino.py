@@ -90,8 +90,9 @@ def device_name() -> str:
 
 
 def precision() -> str:
-    """What onnxsplit's OpenVINO parts compute in: float32 unless ``--precision bf16`` set
-    PRECISION_ENV (bf16 where the CPU has bf16 units: :func:`bf16_units`)."""
+    """What onnxsplit's OpenVINO parts compute in: float32 unless a command's ``--precision``
+    (``auto``, its default: OpenVINO's own, :func:`default_precision`) set PRECISION_ENV
+    (bf16 only where the CPU has bf16 units: :func:`bf16_units`)."""
     import os
 
     value = os.environ.get(PRECISION_ENV, "f32")

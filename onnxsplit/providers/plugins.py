@@ -206,7 +206,7 @@ def options_of(ep: str, config: Mapping[str, Any]) -> tuple[dict[str, str], dict
 def precision_config(ep: str, kind: str = "cpu", load_config: str | None = None) -> dict[str, str]:
     """OpenVINO's EP computes in bf16 by default on a CPU with bf16 units (its ``precision``
     option is ignored there): the ``load_config`` that holds it to what onnxsplit's OpenVINO
-    parts compute in (float32 unless ``--precision bf16``), merged into ``load_config``
+    parts compute in (``--precision``: OpenVINO's own default unless told), merged into ``load_config``
     where one is given.  Nothing for other EPs."""
     from . import openvino
 
