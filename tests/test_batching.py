@@ -488,6 +488,7 @@ def test_padding_is_allowed_what_a_call_costs_beyond_its_tokens():
     assert pad_allowance(predicted([(1, 4, 1.0), (2, 8, 4.0)]), pad) == 0.0  # (no fixed cost: fitted below 0)
     assert pad_allowance(predicted([(2, 8, 3.0)]), pad) is None
     assert pad_allowance(None, pad) is None and pad_allowance("junk", pad) is None
+    assert pad_allowance([{"shapes": [1]}, "x", *predicted([(2, 8, 3.0)])], pad) is None  # (a hand-edited manifest)
     assert pad_allowance(predicted([(1, 4, float("nan")), (2, 8, 4.0)]), pad) is None
     opts, _ = options(tokens_model(), pad_dimension="sequence", per_shape=line)
     assert opts.pad.allowance == pytest.approx(8.0) and "costs less than a call" in opts.describe()

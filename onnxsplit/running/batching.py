@@ -137,8 +137,9 @@ def pad_allowance(per_shape: Any, pad: Padding) -> float | None:
     name, axis = pad.inputs[0]
     points = []
     for p in per_shape if isinstance(per_shape, list) else []:
-        shape = ((p or {}).get("shapes") or {}).get(name) if isinstance(p, dict) else None
-        ms = p.get("latency_ms") if isinstance(p, dict) else None
+        shapes = p.get("shapes") if isinstance(p, dict) else None
+        shape = shapes.get(name) if isinstance(shapes, dict) else None
+        ms = p.get("latency_ms") if shape is not None else None
         if isinstance(shape, list) and len(shape) > axis and isinstance(ms, (int, float)) and np.isfinite(ms):
             points.append((float(shape[0]) * float(shape[axis]), float(ms)))
     if len({x for x, _ in points}) < 2:
@@ -423,14 +424,12 @@ class Batcher:
             key, take = pick
             queue = self._queues[key]
             batch = [queue[k] for k in take]
-            if len(take) == len(queue):
-                del self._queues[key]
-            elif take == list(range(len(take))):
-                for _ in take:
-                    queue.popleft()
+            chosen = set(take)
+            left = [item for k, item in enumerate(queue) if k not in chosen]
+            if left:
+                self._queues[key] = collections.deque(left)
             else:
-                chosen = set(take)
-                self._queues[key] = collections.deque(item for k, item in enumerate(queue) if k not in chosen)
+                del self._queues[key]
             self._in_flight += 1
             task = loop.create_task(self._send(batch))
             self._tasks.add(task)
