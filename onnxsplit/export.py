@@ -236,10 +236,10 @@ def export(graph: OpGraph, device_of: Mapping[str, str], out: str | Path, *,
 
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        # (removed should Ctrl-C end the process mid-write)
+        staging = interrupt.fresh_dir(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     except OSError as e:
         raise OnnxsplitError(f"output '{out}' cannot be written: {e.strerror or e}") from None
-    interrupt.register(staging)  # removed should Ctrl-C end the process mid-write
     swap = contextlib.ExitStack()
     try:
         bar = progress.bar(2 * len(parts) + 1, f"writing {len(parts)} part(s)", quiet, unit="file")

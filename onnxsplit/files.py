@@ -4,7 +4,6 @@ file as it was (a temporary sibling renamed over it at the end)."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from . import interrupt
@@ -73,21 +72,22 @@ def write_atomic(path: str | Path, data: str | bytes, inputs=()) -> Path:
     check_output(path, inputs)
     path = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = interrupt.fresh_file(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:  # named as the file the user asked for, not the temporary
         raise OSError(e.errno, e.strerror, str(path)) from None
     try:
-        with interrupt.cleanup_on_exit(tmp):
-            with os.fdopen(fd, "wb") as f:
-                f.write(data.encode() if isinstance(data, str) else data)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for the temporary only
-            os.replace(tmp, path)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for the temporary only
+        os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise OSError(e.errno, e.strerror, str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        interrupt.unregister(tmp)
     return path

@@ -4,9 +4,9 @@ A long native call in the main thread (a MIP solve, a numba kernel, an onnxrunti
 would keep Python's signal handler waiting, so the command's body runs in a worker
 thread (:func:`run`) while the main thread only waits.  On SIGINT it sets :data:`CANCEL`,
 which the solvers' loops see through :func:`check` / :func:`past` (and :func:`stopped`),
-gives the worker GRACE_S to unwind, removes what is still registered
-(:func:`cleanup_on_exit`: staging folders, temporary files, child processes) and exits
-with status 130.  Used as a library (no :func:`run`), KeyboardInterrupt behaves as usual.
+gives the worker GRACE_S to unwind, removes what is still registered (:func:`fresh_dir`,
+:func:`fresh_file`, :func:`register`: staging folders, temporary files, child processes)
+and exits with status 130.  Used as a library (no :func:`run`), KeyboardInterrupt behaves as usual.
 
 Write-up: docs/README.md (Limits).
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -70,20 +71,6 @@ def past(deadline: float) -> bool:
 
 
 @contextmanager
-def cleanup_on_exit(thing: Any) -> Iterator[Any]:
-    """While the block runs, ``thing`` (a path, or a process with ``kill``) is removed or
-    killed should the process be ended by an interrupt before the block's own cleanup."""
-    key = id(thing)
-    with _lock:
-        _registered[key] = thing
-    try:
-        yield thing
-    finally:
-        with _lock:
-            _registered.pop(key, None)
-
-
-@contextmanager
 def held() -> Iterator[None]:
     """A short step the process is not ended in the middle of (a finished folder swapped
     into place and the one it replaced removed): an interrupt that comes during it ends the
@@ -97,10 +84,33 @@ def held() -> Iterator[None]:
 
 
 def register(thing: Any) -> None:
-    """As :func:`cleanup_on_exit`, until :func:`unregister` (for objects that live long).
-    Register only a path this process created under a fresh name, after creating it."""
+    """Remove or kill ``thing`` (a path, or a process with ``kill``) should the process be
+    ended by an interrupt before :func:`unregister`.  A path: only one this process created
+    under a fresh name (and rather by :func:`fresh_dir` / :func:`fresh_file`)."""
     with _lock:
         _registered[id(thing)] = thing
+
+
+def fresh_dir(**mkdtemp: Any) -> Path:
+    """``tempfile.mkdtemp(**mkdtemp)``, registered (as :func:`register`) in the same step:
+    once Ctrl-C came, none is made (:class:`Interrupted`), and one made before is removed at
+    the process's end.  (Made first and registered after, a folder made while the main thread
+    was removing what was registered outlived the process, beside a CPU-bound process.)"""
+    with _lock:
+        check()
+        path = Path(tempfile.mkdtemp(**mkdtemp))
+        _registered[id(path)] = path
+    return path
+
+
+def fresh_file(**mkstemp: Any) -> tuple[int, str]:
+    """``tempfile.mkstemp(**mkstemp)`` as :func:`fresh_dir` makes a folder; unregister the
+    name it returns once the file is renamed or removed."""
+    with _lock:
+        check()
+        fd, name = tempfile.mkstemp(**mkstemp)
+        _registered[id(name)] = name
+    return fd, name
 
 
 def unregister(thing: Any) -> None:

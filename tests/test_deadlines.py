@@ -376,3 +376,39 @@ def test_a_step_held_whole_ends_before_an_interrupt_ends_the_process():
         interrupt.CANCEL.clear()
     assert done == [True] and interrupt._hold.acquire(blocking=False)
     interrupt._hold.release()
+
+
+def test_a_temporary_is_made_and_registered_in_one_step(tmp_path):
+    """The main thread ends the process on Ctrl-C after removing what is registered; a
+    worker still running must not make a staging folder or file it would not remove (the
+    exporting case once left '.parts.*.tmp' beside a CPU-bound process: the folder had been
+    made first and registered after).  A worker making temporaries as fast as it can while
+    the interrupt comes: what is left once the main thread has removed what is registered
+    is nothing, and the worker is refused any new one."""
+    made, errors = [], []
+    go = threading.Event()
+
+    def worker():
+        go.set()
+        try:
+            while True:
+                made.append(interrupt.fresh_dir(prefix=".d.", dir=tmp_path))
+                fd, name = interrupt.fresh_file(prefix=".f.", dir=tmp_path)
+                os.close(fd)
+                made.append(name)
+        except interrupt.Interrupted:
+            errors.append("refused")
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    go.wait()
+    time.sleep(0.05)
+    try:
+        interrupt.CANCEL.set()
+        interrupt._remove_registered()  # (as the main thread does before it ends the process)
+        t.join(5)
+        assert not t.is_alive() and errors == ["refused"]
+        assert len(made) > 2  # (it did make some before the interrupt)
+        assert sorted(p.name for p in tmp_path.iterdir()) == []
+    finally:
+        interrupt.CANCEL.clear()
