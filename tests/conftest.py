@@ -150,6 +150,20 @@ SLOW = frozenset({
     "test_the_main_command_shows_its_progress_on_a_terminal_only",
 })
 
+# Of the slow, the longest beside a CPU-bound process (make test's --durations, 2 cores),
+# longest first: they start first, so the run does not end on one of them that a worker's
+# queue reached last (test_served's Ray server: 101 - 328 s; the next: 40 - 65 s).
+LONGEST = (
+    "test_one_server_takes_every_load_and_stops_cleanly",
+    "test_run_on_a_local_ray_beside_the_threaded_runner",
+    "test_parts_pinned_to_machines_run_on_their_nodes",
+    "test_the_main_command_shows_its_progress_on_a_terminal_only",
+    "test_a_node_lost_mid_run_ends_in_one_line_naming_the_part",
+    "test_context_plans_a_decoding_step_with_its_kv_cache_against_memory",
+    "test_a_part_on_openvino_runs_on_a_ray_actor",
+    "test_stream_keeps_order_and_matches_the_original",
+)
+
 MARKERS = {
     "slow": "slow: takes long (listed in tests/conftest.py SLOW); deselect with -m 'not slow'",
     "paper": "paper: needs the paper workloads (../shared or ONNXSPLIT_PAPER_DATA); deselect with -m 'not paper'",
@@ -272,10 +286,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         if _needs_paper(item):
             item.add_marker(pytest.mark.paper)
-    # the slow tests first (a stable sort: files and cases keep their order): under
-    # pytest-xdist's worksteal the workers then end on quick tests, not on one of a minute
-    # that the other worker's queue reached last
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # the slow tests first, the LONGEST first of all (a stable sort: files and cases keep
+    # their order): under pytest-xdist's worksteal the workers then end on quick tests, not
+    # on one of minutes that a worker's queue reached last
+    rank = {name: k for k, name in enumerate(LONGEST)}
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
+                                 rank.get(getattr(item, "originalname", None) or item.name.split("[", 1)[0],
+                                          len(rank))))
 
     budget = _seed_budget(config)
     if budget is None:

@@ -71,7 +71,7 @@ def _split(tmp_path):
     return parts.out, ort.InferenceSession(str(model), so, providers=[CPU])
 
 
-@pytest.mark.parametrize("engine", ["local", "ray"])
+@pytest.mark.parametrize("engine", ["ray", "local"])
 def test_one_server_takes_every_load_and_stops_cleanly(tmp_path, engine):
     """Either engine: the parts in the server's process, or on Ray Serve."""
     parts, session = _split(tmp_path)
