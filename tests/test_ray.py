@@ -27,7 +27,7 @@ from onnxsplit.graph import OpGraph
 from onnxsplit.running.runner import RunError, random_feeds
 
 ray = pytest.importorskip("ray")
-from onnxsplit.running.ray_engine import RayParts  # noqa: E402
+from onnxsplit.running.ray_engine import LOCAL_SYSTEM_CONFIG, RayParts  # noqa: E402
 
 CPU = "CPUExecutionProvider"
 
@@ -109,7 +109,8 @@ def test_parts_pinned_to_machines_run_on_their_nodes(tmp_path, no_ray_left):
     from ray.cluster_utils import Cluster
 
     model, parts = two_parts(tmp_path, machines={"cpu0": "m1", "cpu1": "m2"})
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"m1": 1}})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"m1": 1},
+                                                          "_system_config": LOCAL_SYSTEM_CONFIG})
     try:
         m2 = cluster.add_node(num_cpus=1, resources={"m2": 1})
         cluster.wait_for_nodes()

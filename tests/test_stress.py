@@ -218,13 +218,14 @@ def test_a_node_lost_mid_run_ends_in_one_line_naming_the_part(tmp_path):
     from ray.cluster_utils import Cluster
     from ray_processes import gone, ray_processes
 
-    from onnxsplit.running.ray_engine import RayParts
+    from onnxsplit.running.ray_engine import LOCAL_SYSTEM_CONFIG, RayParts
     from onnxsplit.running.runner import RunError, random_feeds
 
     model_path, parts = two_parts(tmp_path, machines={"cpu0": "m1", "cpu1": "m2"})
     session = reference(model_path)
     before, lost, remover = ray_processes(), None, None
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"m1": 1}})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"m1": 1},
+                                                          "_system_config": LOCAL_SYSTEM_CONFIG})
     try:
         m2 = cluster.add_node(num_cpus=1, resources={"m2": 1})
         cluster.wait_for_nodes()
