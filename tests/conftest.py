@@ -152,7 +152,8 @@ SLOW = frozenset({
 
 # Of the slow, the longest beside a CPU-bound process (make test's --durations, 2 cores),
 # longest first: they start first, so the run does not end on one of them that a worker's
-# queue reached last (test_served's Ray server: 101 - 328 s; the next: 40 - 65 s).
+# queue reached last (test_served's Ray server: 57 s beside one, 101 - 328 s while Ray ran
+# its workers at nice 15; the next: 30 - 60 s).
 LONGEST = (
     "test_one_server_takes_every_load_and_stops_cleanly",
     "test_run_on_a_local_ray_beside_the_threaded_runner",

@@ -2,8 +2,9 @@
 Serve), started once, under every load it must take.
 
 A server start is a Ray and Ray Serve (controller, HTTP proxy, the gateway and a replica a
-part): about 20 s of a free core, and 90 - 180 s where the suite's other workers keep both
-cores busy, which four servers a run had made the suite's longest stretch (issue 43).  So
+part): about 20 s of a free core, and more where the suite's other workers keep both cores
+busy (up to 330 s while Ray ran its workers at nice 15: ray_engine.LOCAL_SYSTEM_CONFIG),
+which four servers a run had made the suite's longest stretch (issue 43).  So
 one server takes the loads in turn, each checked as it was alone: batched clients (its
 statistics fresh), plain concurrent clients and bad requests, a soak of its memory, a
 flood beyond its queue; then it stops cleanly.  The pieces without Ray (the protocol, the
