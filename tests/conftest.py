@@ -170,6 +170,7 @@ MARKERS = {
     "paper": "paper: needs the paper workloads (../shared or ONNXSPLIT_PAPER_DATA); deselect with -m 'not paper'",
     "every_provider": "every_provider: sees every execution provider installed (others: the CPU EP alone, tests/conftest.py)",
     "full_timing": "full_timing: measures for as long as a user's command does (others: ONNXSPLIT_TIMING_SCALE, tests/conftest.py)",
+    "least_timing": "least_timing: measures at a twentieth of a user's timing: checks what is drawn and runs where, not figures (tests/conftest.py)",
 }
 SEEDS_ENV = "ONNXSPLIT_TEST_SEEDS"
 
@@ -210,16 +211,22 @@ def own_cache(tmp_path, monkeypatch) -> Path:
 # tests check of a measurement is what it records and how it is used, not its figures to the
 # percent; a test that weighs a prediction against a measurement takes the mark
 TIMING_SCALE = "0.2"
+# for a test marked ``least_timing``: a twentieth, where a test checks only what is drawn and
+# what runs where (the progress test had taken 45 s of a worker's time at a fifth, the
+# local-Ray run test a minute)
+LEAST_TIMING_SCALE = "0.05"
 
 
 @pytest.fixture(autouse=True)
 def short_timing(request, monkeypatch):
     from onnxsplit.running.timing import SCALE_ENV
 
-    if request.node.get_closest_marker("full_timing") is None:
-        monkeypatch.setenv(SCALE_ENV, TIMING_SCALE)
-    else:
+    if request.node.get_closest_marker("full_timing") is not None:
         monkeypatch.delenv(SCALE_ENV, raising=False)
+    elif request.node.get_closest_marker("least_timing") is not None:
+        monkeypatch.setenv(SCALE_ENV, LEAST_TIMING_SCALE)
+    else:
+        monkeypatch.setenv(SCALE_ENV, TIMING_SCALE)
 
 
 @pytest.fixture(autouse=True)
@@ -262,6 +269,11 @@ def _needs_paper(item: pytest.Item) -> bool:
     return code is not None and _reads_paper(code)
 
 
+def _bare_name(item: pytest.Item) -> str:
+    """The test function's own name, without its file or parameter ids (as SLOW lists it)."""
+    return getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+
+
 def _function_key(item: pytest.Item) -> str:
     """The test function a case belongs to: its node id without the parameter ids."""
     return item.nodeid.split("[", 1)[0]
@@ -282,8 +294,7 @@ def _seed_of(item: pytest.Item):
 @pytest.hookimpl(tryfirst=True)  # before -m and -k choose, so they see the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
-        if name in SLOW:
+        if _bare_name(item) in SLOW:
             item.add_marker(pytest.mark.slow)
         if _needs_paper(item):
             item.add_marker(pytest.mark.paper)
@@ -291,9 +302,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # their order): under pytest-xdist's worksteal the workers then end on quick tests, not
     # on one of minutes that a worker's queue reached last
     rank = {name: k for k, name in enumerate(LONGEST)}
-    items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
-                                 rank.get(getattr(item, "originalname", None) or item.name.split("[", 1)[0],
-                                          len(rank))))
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, rank.get(_bare_name(item), len(rank))))
 
     budget = _seed_budget(config)
     if budget is None:

@@ -14,6 +14,8 @@ import sys
 import termios
 import time
 
+import pytest
+
 from onnx_models import mlp
 from onnxsplit import progress
 
@@ -64,12 +66,8 @@ def test_only_a_terminal_is_shown_progress(monkeypatch):
     assert sys.stderr.getvalue() == ""
 
 
-def test_the_main_command_shows_its_progress_on_a_terminal_only(tmp_path, monkeypatch):
-    from onnxsplit.running.timing import SCALE_ENV
-
-    # what is drawn is checked here, not what is measured: calibrations a twentieth of a
-    # user's (the suite's fifth had this test take 45 s of a worker's time)
-    monkeypatch.setenv(SCALE_ENV, "0.05")
+@pytest.mark.least_timing  # (what is drawn is checked here, not what is measured)
+def test_the_main_command_shows_its_progress_on_a_terminal_only(tmp_path):
     model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=32)
     split = [*ONNXSPLIT, str(model), "--out", str(tmp_path / "parts"), "--force"]
     rc, drawn = _on_a_terminal(split + ["--recalibrate"])

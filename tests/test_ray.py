@@ -68,14 +68,9 @@ def stale_ray_address(monkeypatch):
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_run_on_a_local_ray_beside_the_threaded_runner(tmp_path, capsys, monkeypatch, stale_ray_address,
-                                                       no_ray_left):
-    """Without --address onnxsplit starts a Ray of its own, whatever Ray's address file names.
-    (What runs where is checked, not the figures: rounds a twentieth of a user's, where the
-    suite's fifth had this test take a minute of a worker's time.)"""
-    from onnxsplit.running.timing import SCALE_ENV
-
-    monkeypatch.setenv(SCALE_ENV, "0.05")
+@pytest.mark.least_timing  # (what runs where is checked, not the figures)
+def test_run_on_a_local_ray_beside_the_threaded_runner(tmp_path, capsys, stale_ray_address, no_ray_left):
+    """Without --address onnxsplit starts a Ray of its own, whatever Ray's address file names."""
     model, parts = two_parts(tmp_path)
     rc = main(["run", str(parts), "--engine", "ray", "--samples", "10", "--warmup", "1", "--json"])
     out, err = capsys.readouterr()
