@@ -448,14 +448,15 @@ def test_openvinos_ep_is_weighed_for_the_whole_model_in_each_precision(tmp_path,
     monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
     model = mlp(tmp_path / "m.onnx", layers=4, batch=8, width=64)
     split = [str(model), "--objective", "latency"]
-    assert main(split + ["--out", str(tmp_path / "a")]) == 0
+    f32 = ["--precision", "f32"]  # (the default, auto, is bf16 on a CPU with bf16 units)
+    assert main(split + f32 + ["--out", str(tmp_path / "a")]) == 0
     assert f"calibrating the whole model on {OV_EP}" in capsys.readouterr().err
     plan = json.loads((tmp_path / "a" / "plan.json").read_text())
     assert "onnxruntime's session on OpenVINO's EP" in [c["what"] for c in plan["details"]["candidates"]]
     entries = json.loads(next((tmp_path / "cache").rglob("*.json")).read_text())["entries"]
     cpu = next(e for e in entries if e["device"]["execution_provider"] == CPU_EP)
     assert cpu["as_run"]["whole_only"][OV_EP]["default"]["latency_ms"] > 0
-    assert main(split + ["--out", str(tmp_path / "b")]) == 0
+    assert main(split + f32 + ["--out", str(tmp_path / "b")]) == 0
     assert OV_EP not in capsys.readouterr().err  # (kept)
     if not openvino.bf16_units():
         return
