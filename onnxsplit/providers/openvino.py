@@ -255,8 +255,13 @@ class _Compiled:
         takes 0.3-5 ms: a server batching requests of many shapes had recompiled on nearly
         every call (100 requests/s where 1,300 came through the dynamic model) while the
         dynamic model runs 5-25% slower than a compiled shape."""
+        return self.entry(feeds)[1][copy]
+
+    def entry(self, feeds: Mapping[str, Any]) -> tuple[Any, list[Any]]:
+        """(compiled model, its infer requests with their locks) for inputs of these
+        shapes (:meth:`request`)."""
         if self.static:
-            return self.by_shape[None][1][copy]
+            return self.by_shape[None]
         shapes = {k: np.shape(v) for k, v in feeds.items()}
         key = self._signature(shapes)
         with self.lock:
@@ -269,7 +274,7 @@ class _Compiled:
                     if self.by_shape:
                         self.by_shape.pop(next(iter(self.by_shape)))
                     got = self._compile(key, shapes)
-        return got[1][copy]
+        return got
 
     def renew(self, feeds: Mapping[str, Any]) -> None:
         """The model that ran ``feeds`` compiled afresh, after a run of it failed: a failed
@@ -315,6 +320,13 @@ class Session:
 
     def get_providers(self) -> list[str]:
         return [RUNTIME]
+
+    def stream(self, samples: Iterable[Mapping[str, Any]], jobs: int) -> Iterator[dict[str, np.ndarray]]:
+        """Samples through OpenVINO's own queue of ``jobs`` infer requests on this part's
+        compiled model (:func:`queued`; a sample of other shapes runs on the model
+        compiled for them), each sample's outputs by name in the samples' order: how
+        OpenVINO runs its streams, with no Python thread per stream."""
+        yield from queued(lambda feeds: self._c.entry(feeds)[0], samples, jobs)
 
     def run(self, output_names: list[str] | None, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         request, lock = self._c.request(feeds, self._copy)
@@ -394,30 +406,66 @@ class Hinted:
                timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
         """Samples through an AsyncInferQueue of at most ``depth`` requests (one in flight
         measures a sample's latency); each sample's outputs in order."""
-        import openvino as ov
+        yield from queued(lambda _: self.compiled, samples, min(self.requests, depth or self.requests))
 
-        queue = ov.AsyncInferQueue(self.compiled, min(self.requests, depth or self.requests))
-        done: dict[int, dict[str, Any]] = {}
-        cond = threading.Condition()
 
-        def finished(request, i):
-            with cond:
-                done[i] = {n: request.get_output_tensor(k).data.copy()
-                           for k, n in enumerate(self.output_names)}
-                cond.notify_all()
+def queued(compiled_for, samples: Iterable[Mapping[str, Any]], jobs: int) -> Iterator[dict[str, np.ndarray]]:
+    """Samples through an AsyncInferQueue of ``jobs`` infer requests (one in flight
+    measures a sample's latency), as OpenVINO's documentation runs its THROUGHPUT hint, on
+    the compiled model ``compiled_for(sample)`` gives (where it changes, the queue drains
+    and one on the next begins); each sample's outputs by name, in the samples' order, as
+    they come.  OpenVINOError where an inference fails."""
+    import openvino as ov
 
-        queue.set_callback(finished)
-        nxt = 0
+    done: dict[int, dict[str, Any]] = {}
+    cond = threading.Condition()
+    on = queue = names = None
+    nxt = sent = 0
+
+    def ready() -> list[dict[str, Any]]:
+        nonlocal nxt
+        out = []
+        with cond:
+            while nxt in done:
+                got = done.pop(nxt)
+                if isinstance(got, Exception):
+                    raise OpenVINOError(f"sample {nxt}: {_one_line(got)}")
+                out.append(got)
+                nxt += 1
+        return out
+
+    def finished(request, i):
+        try:
+            got = {n: request.get_output_tensor(k).data.copy() for k, n in enumerate(names)}
+        except Exception as e:  # (raised where the sample's outputs are taken)
+            got = e
+        with cond:
+            done[i] = got
+            cond.notify_all()
+
+    try:
         for i, s in enumerate(samples):
+            model = compiled_for(s)
+            if model is not on:
+                if queue is not None:
+                    queue.wait_all()
+                on, names = model, [o.get_any_name() for o in model.outputs]
+                queue = ov.AsyncInferQueue(model, max(1, int(jobs)))
+                queue.set_callback(finished)
             queue.start_async(dict(s), i)  # (waits for an idle request)
-            with cond:
-                while nxt in done:
-                    yield done.pop(nxt)
-                    nxt += 1
-        queue.wait_all()
-        while nxt in done:
-            yield done.pop(nxt)
-            nxt += 1
+            sent = i + 1
+            for out in ready():  # (yielded outside the lock: the callbacks go on)
+                yield out
+        if queue is not None:
+            queue.wait_all()
+        last = ready()
+    except OpenVINOError:
+        raise
+    except Exception as e:  # (its message, without the source locations it stacks)
+        raise OpenVINOError(_one_line(e)) from None
+    yield from last
+    if nxt < sent:
+        raise OpenVINOError(f"sample {nxt} gave no outputs")
 
 
 # ----------------------------------------------------------------- per-node profiling

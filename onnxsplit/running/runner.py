@@ -265,8 +265,30 @@ class Parts:
 
     def stream(self, samples: Iterable[Mapping[str, Any]], depth: int | None = None,
                timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
-        """Pipelined run: yields each sample's outputs, in order of the samples."""
-        yield from Pipeline(self, depth or self.default_depth(), timeout_s).run(samples)
+        """Pipelined run: yields each sample's outputs, in order of the samples.  A plan of
+        one part on OpenVINO's runtime with several streams runs as OpenVINO runs them,
+        through its own queue of infer requests (without a deadline to keep): on ViT-S
+        its threaded pipeline of the same compiled model was 7% slower."""
+        depth = depth or self.default_depth()
+        if timeout_s is None and self._openvino_streams():
+            def checked():
+                for feeds in samples:
+                    self.check_feeds(feeds)
+                    yield {t: feeds[t] for t in self._input_names[0]}
+            try:
+                for got in self.sessions[0][0].stream(checked(), min(depth, len(self.sessions[0]))):
+                    yield {o: got[o] for o in self.output_names}
+            except openvino.OpenVINOError as e:
+                p = self.parts[0]
+                raise RunError(f"part {p['name']} on {p['device']} failed: {e}") from None
+            return
+        yield from Pipeline(self, depth, timeout_s).run(samples)
+
+    def _openvino_streams(self) -> bool:
+        """Whether this is one part on OpenVINO's runtime with several streams whose
+        outputs are the model's."""
+        return (len(self.parts) == 1 and self.execution_providers[0] == openvino.RUNTIME
+                and len(self.sessions[0]) > 1 and set(self.output_names) <= set(self._out_names[0]))
 
     def default_depth(self) -> int:
         """Samples in flight for throughput: two per worker; one where a single worker runs
