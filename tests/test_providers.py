@@ -205,6 +205,21 @@ def test_one_part_on_openvinos_streams_runs_through_its_own_queue(tmp_path, monk
     assert len(list(parts.stream(samples[:3], timeout_s=30))) == 3 and made == []
 
 
+@needs_openvino
+def test_openvinos_queue_names_the_outputs_as_the_model_does(tmp_path):
+    """An output behind an Identity answers in the compiled model to its input's name
+    (GPT-2's 'view_80'), not the model's: the queue names the outputs as the model does
+    (the split of GPT-2 failed with KeyError 'view_80' in its calibration)."""
+    nodes = [helper.make_node("Relu", ["x"], ["view_80"]), helper.make_node("Identity", ["view_80"], ["y"]),
+             helper.make_node("Neg", ["view_80"], ["z"])]
+    model = save(make(nodes, [vi("x", [2, 4])], [vi("y", [2, 4]), vi("z", [2, 4])]), tmp_path / "m.onnx")
+    parts = Parts.whole(model, openvino.RUNTIME, threads=1, replicas=2)
+    samples = [{"x": np.full((2, 4), v, np.float32)} for v in (-1.0, 2.0, 3.0)]
+    for s, out in zip(samples, parts.stream(samples), strict=True):
+        np.testing.assert_array_equal(out["y"], np.maximum(s["x"], 0))
+        np.testing.assert_array_equal(out["z"], -np.maximum(s["x"], 0))
+
+
 def test_openvinos_failure_in_a_run_is_said_without_its_source_locations():
     """A run OpenVINO refuses (a decoder's ScatterUpdate past its cache, as on an 8-layer
     genai decoder) says what failed, not the C++ files it passed through."""

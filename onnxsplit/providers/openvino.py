@@ -326,7 +326,8 @@ class Session:
         compiled model (:func:`queued`; a sample of other shapes runs on the model
         compiled for them), each sample's outputs by name in the samples' order: how
         OpenVINO runs its streams, with no Python thread per stream."""
-        yield from queued(lambda feeds: self._c.entry(feeds)[0], samples, jobs)
+        yield from queued(lambda feeds: self._c.entry(feeds)[0], samples, jobs,
+                          [o.name for o in self._c.outputs])
 
     def run(self, output_names: list[str] | None, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         request, lock = self._c.request(feeds, self._copy)
@@ -406,20 +407,24 @@ class Hinted:
                timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
         """Samples through an AsyncInferQueue of at most ``depth`` requests (one in flight
         measures a sample's latency); each sample's outputs in order."""
-        yield from queued(lambda _: self.compiled, samples, min(self.requests, depth or self.requests))
+        yield from queued(lambda _: self.compiled, samples, min(self.requests, depth or self.requests),
+                          self.output_names)
 
 
-def queued(compiled_for, samples: Iterable[Mapping[str, Any]], jobs: int) -> Iterator[dict[str, np.ndarray]]:
+def queued(compiled_for, samples: Iterable[Mapping[str, Any]], jobs: int,
+           names: list[str]) -> Iterator[dict[str, np.ndarray]]:
     """Samples through an AsyncInferQueue of ``jobs`` infer requests (one in flight
     measures a sample's latency), as OpenVINO's documentation runs its THROUGHPUT hint, on
     the compiled model ``compiled_for(sample)`` gives (where it changes, the queue drains
-    and one on the next begins); each sample's outputs by name, in the samples' order, as
-    they come.  OpenVINOError where an inference fails."""
+    and one on the next begins); each sample's outputs, named in order by ``names`` (a
+    compiled model's output may answer to another of its tensor's names than the model
+    read had: GPT-2's did), in the samples' order, as they come.  OpenVINOError where an
+    inference fails."""
     import openvino as ov
 
     done: dict[int, dict[str, Any]] = {}
     cond = threading.Condition()
-    on = queue = names = None
+    on = queue = None
     nxt = sent = 0
 
     def ready() -> list[dict[str, Any]]:
@@ -449,7 +454,7 @@ def queued(compiled_for, samples: Iterable[Mapping[str, Any]], jobs: int) -> Ite
             if model is not on:
                 if queue is not None:
                     queue.wait_all()
-                on, names = model, [o.get_any_name() for o in model.outputs]
+                on = model
                 queue = ov.AsyncInferQueue(model, max(1, int(jobs)))
                 queue.set_callback(finished)
             queue.start_async(dict(s), i)  # (waits for an idle request)
