@@ -178,10 +178,10 @@ def test_openvino_runs_a_model_as_onnxruntime_does(tmp_path, how):
 @needs_openvino
 def test_one_part_on_openvinos_streams_runs_through_its_own_queue(tmp_path, monkeypatch):
     """The whole model on OpenVINO's runtime with two streams streams through OpenVINO's
-    queue of infer requests (its threaded pipeline of the same compiled model was 7%
-    slower on ViT-S): each sample's own outputs in order, across samples of other shapes
-    (the queue drains, another compiles), and a sample it refuses ends the stream in one
-    line naming the part."""
+    queue of infer requests (the threaded pipeline ran the same compiled model slower):
+    each sample's own outputs in order, across samples of other shapes (the queue drains,
+    another compiles), a sample it refuses ends the stream in one line naming the part,
+    and a sample missing an input is the runner's own error."""
     import openvino as ov
 
     from onnxsplit.errors import RunError
@@ -200,6 +200,8 @@ def test_one_part_on_openvinos_streams_runs_through_its_own_queue(tmp_path, monk
     with pytest.raises(RunError, match=r"^part whole on whole failed: .*") as got:
         list(parts.stream(samples[:2] + [{"x": np.ones((8, 63), np.float32)}] + samples[2:]))
     assert "\n" not in str(got.value)
+    with pytest.raises(RunError, match=r"^input 'x' is not given$"):
+        list(parts.stream(samples[:2] + [{"y": samples[0]["x"]}]))
     # with a deadline to keep, the threaded pipeline runs it
     made.clear()
     assert len(list(parts.stream(samples[:3], timeout_s=30))) == 3 and made == []

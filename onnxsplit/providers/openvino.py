@@ -422,6 +422,8 @@ def queued(compiled_for, samples: Iterable[Mapping[str, Any]], jobs: int,
     inference fails."""
     import openvino as ov
 
+    from ..errors import OnnxsplitError
+
     done: dict[int, dict[str, Any]] = {}
     cond = threading.Condition()
     on = queue = None
@@ -464,7 +466,7 @@ def queued(compiled_for, samples: Iterable[Mapping[str, Any]], jobs: int,
         if queue is not None:
             queue.wait_all()
         last = ready()
-    except OpenVINOError:
+    except (OpenVINOError, OnnxsplitError):  # (a sample the caller refused is its own error)
         raise
     except Exception as e:  # (its message, without the source locations it stacks)
         raise OpenVINOError(_one_line(e)) from None

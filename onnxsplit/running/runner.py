@@ -267,8 +267,8 @@ class Parts:
                timeout_s: float | None = None) -> Iterator[dict[str, Any]]:
         """Pipelined run: yields each sample's outputs, in order of the samples.  A plan of
         one part on OpenVINO's runtime with several streams runs as OpenVINO runs them,
-        through its own queue of infer requests (without a deadline to keep): on ViT-S
-        its threaded pipeline of the same compiled model was 7% slower."""
+        through its own queue of infer requests (without a deadline to keep): the
+        threaded pipeline, a Python thread per stream, ran the same compiled model slower."""
         depth = depth or self.default_depth()
         if timeout_s is None and self._openvino_streams():
             def checked():
