@@ -12,17 +12,23 @@ from onnxsplit import api
 from onnxsplit.solve import evaluate
 from onnxsplit.solve.throughput import dp_ring
 from onnxsplit.solve.classes import build_classes
+from onnxsplit.solve.orders import spectral_rank
 from onnxsplit.workload import Workload
 from workloads import edge, node, workload
 
 
 def _every_ring_split(w: Workload):
     """Max load of the best ring split, by enumeration: accelerator 0 holds a prefix and a
-    suffix of the classes' order, the middle is cut into segments each on its own device
-    (the other accelerators, the CPU cores), scored by the evaluator."""
+    suffix of one of the classes' orders (the topological, the spectral), the middle is cut
+    into segments each on its own device (the other accelerators, the CPU cores), scored by
+    the evaluator."""
     cl = build_classes(w)
-    rank = dp_ring._late_source_rank(w, cl)
-    order = np.argsort(rank)  # position -> class
+    ranks = [dp_ring._late_source_rank(w, cl), spectral_rank(cl.n, *cl.hyper_arrays())]
+    return min(_every_ring_split_of(w, cl, np.argsort(rank)) for rank in ranks if rank is not None)
+
+
+def _every_ring_split_of(w: Workload, cl, order: np.ndarray) -> float:
+    """:func:`_every_ring_split` along one order (position -> class)."""
     n, k, l = cl.n, w.num_accelerators, w.num_cpus
     names = [d.name for d in w.devices]
     best = np.inf
@@ -76,3 +82,22 @@ def test_ring_split_keeps_tied_weights_with_the_tail():
     assert plan.assignment[0] == plan.assignment[20]  # the output layer sits with the tied class
     assert plan.value == pytest.approx(_every_ring_split(w), rel=1e-9)
     assert plan.value < linear.value - big / 2
+
+
+def test_the_spectral_order_keeps_a_shuffled_chain_in_its_order():
+    """Classes numbered at random along a chain of heavy tensors, with light ones reaching
+    far: the spectral order is the chain (or the chain reversed)."""
+    rng = np.random.default_rng(0)
+    n = 40
+    label = rng.permutation(n)  # chain position -> class
+    source, members, weight = [], [], []
+    for i in range(n - 1):
+        source.append(label[i]), members.append([label[i], label[i + 1]]), weight.append(1.0)
+    for i in range(0, n - 10, 7):
+        source.append(label[i]), members.append([label[i], label[i + 10]]), weight.append(0.01)
+    ptr = np.concatenate([[0], np.cumsum([len(m) for m in members])])
+    rank = spectral_rank(n, np.array(source), ptr, np.concatenate(members), np.array(weight))
+    along = rank[label]
+    assert sorted(along) == list(range(n))
+    assert list(along) in (list(range(n)), list(range(n))[::-1])
+    assert spectral_rank(1, np.array([0]), np.array([0, 1]), np.array([0]), np.array([1.0])) is None

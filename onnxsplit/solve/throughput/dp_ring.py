@@ -1,6 +1,8 @@
 """``dp_ring``: max-load splits of one order of the colour classes bent into a ring.
 
-A segment split of one order serves tied weights badly: op-level BERT's embedding class
+Two orders are cut, the better kept: a topological one, and the classes' spectral order
+(:func:`..orders.spectral_rank`), which keeps a training graph's layers whole.  A segment
+split of one order serves tied weights badly: op-level BERT's embedding class
 (table, Gather, Transpose) is used first and last, so the first device sends the
 transposed table to the last.  A ring split gives one accelerator a prefix *and* a
 suffix of the order and cuts the middle into segments on the other devices, exactly (a
@@ -23,7 +25,7 @@ from ...plan import Plan
 from ...workload import Workload
 from ..classes import build_classes
 from ..finish import finish
-from ..orders import sources_late
+from ..orders import sources_late, spectral_rank
 
 STARTS = 48  # candidate starts of the middle, at most (the first few, then evenly spread)
 MOST_CLASSES = 2500  # beyond, no ring split: its table of segment boundaries grows as the square
@@ -40,19 +42,26 @@ def ring_split(w: Workload) -> Plan | None:
     n = cl.n
     if n > MOST_CLASSES:
         return None
-    rank = _late_source_rank(w, cl)
-    cl = _reordered(cl, rank)
-    _, ptr, members, weight = cl.hyper_arrays()
-    # running totals over the order: a segment's compute, CPU time, memory and unsupported
-    # classes are differences of two
-    tables = tuple(np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
-                   for values in (cl.acc_fwd + cl.acc_bwd, cl.cpu_fwd + cl.cpu_bwd, cl.size, ~cl.supported))
-    tables += (_boundary_table(n, ptr, members, weight),)
     memory = float(w.accelerator_memory) * (1 + 1e-12)
     starts = np.unique(np.concatenate([np.arange(min(n, 8)), np.linspace(0, n, STARTS - 8).astype(np.int64)]))
-    value, i, j = _best_ring(*tables, starts[starts < n], k, l, memory)
-    if not np.isfinite(value):
+    best = None
+    for name, rank in (("topological", _late_source_rank(w, cl)), ("spectral", spectral_rank(n, *cl.hyper_arrays()))):
+        if rank is None:
+            continue
+        ordered = _reordered(cl, rank)
+        _, ptr, members, weight = ordered.hyper_arrays()
+        # running totals over the order: a segment's compute, CPU time, memory and unsupported
+        # classes are differences of two
+        tables = tuple(np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+                       for values in (ordered.acc_fwd + ordered.acc_bwd, ordered.cpu_fwd + ordered.cpu_bwd,
+                                      ordered.size, ~ordered.supported))
+        tables += (_boundary_table(n, ptr, members, weight),)
+        value, i, j = _best_ring(*tables, starts[starts < n], k, l, memory)
+        if np.isfinite(value) and (best is None or value < best[0]):
+            best = (value, i, j, name, ordered, tables)
+    if best is None:
         return None
+    value, i, j, name, cl, tables = best
     segments = _middle(*tables, i, j, k, l, memory)
     devices = np.zeros(n, dtype=np.int64)  # the ring part: accelerator 0
     next_acc, next_cpu = 1, k
@@ -62,7 +71,7 @@ def ring_split(w: Workload) -> Plan | None:
         else:
             devices[a:b], next_cpu = next_cpu, next_cpu + 1
     return finish(w, "throughput", "dp_ring", cl.assignment(w, devices), begun,
-                  details={"ring_value": float(value), "middle": [int(i), int(j)]})
+                  details={"ring_value": float(value), "middle": [int(i), int(j)], "order": name})
 
 
 def _late_source_rank(w: Workload, cl) -> np.ndarray:
