@@ -104,7 +104,7 @@ def spectral_rank(n: int, source: np.ndarray, ptr: np.ndarray, members: np.ndarr
                   weight: np.ndarray) -> np.ndarray | None:
     """class -> its place along the Fiedler vector of the class graph (each tensor a
     clique of the classes it touches, weighted by its transfer time shared among them);
-    None beyond SPECTRAL_MOST classes or without two.  Sorting by the Fiedler vector
+    None beyond SPECTRAL_MOST classes, without two, or where the eigensolver fails.  Sorting by the Fiedler vector
     minimises, relaxed, the weighted sum of squared distances in the order, so a segment of
     it is a set with few and light tensors across its boundary.  A topological order of a
     training graph is no such thing: the classes hold a forward operator and its
@@ -120,7 +120,12 @@ def spectral_rank(n: int, source: np.ndarray, ptr: np.ndarray, members: np.ndarr
             adjacency[np.ix_(touched, touched)] += weight[h] / (len(touched) - 1)
     np.fill_diagonal(adjacency, 0.0)
     laplacian = np.diag(adjacency.sum(axis=1)) - adjacency
-    _, vectors = np.linalg.eigh(laplacian)
+    try:
+        _, vectors = np.linalg.eigh(laplacian)
+    except np.linalg.LinAlgError:  # no convergence: the topological orders serve alone
+        return None
+    if not np.isfinite(vectors[:, 1]).all():
+        return None
     order = np.argsort(vectors[:, 1], kind="stable")
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n)
