@@ -113,10 +113,10 @@ def test_a_copy_wired_wrong_is_not_the_graph_built_deeper():
     """The oracle can fail: a copy reading the template's input, not its predecessor's output."""
     deeper = deepen_workload.deepen(layered(5), 1, 3)
     add3 = next(n["id"] for n in deeper["nodes"] if n["name"] == "Add3")
-    ln2 = next(n["id"] for n in deeper["nodes"] if n["name"] == "Add2")
+    add2 = next(n["id"] for n in deeper["nodes"] if n["name"] == "Add2")
     for e in deeper["edges"]:
         if e["sourceId"] == add3 and e["destId"] > len(layered(5)["nodes"]):
-            e["sourceId"] = ln2
+            e["sourceId"] = add2
             break
     matcher = nx.algorithms.isomorphism.DiGraphMatcher(_graph(deeper), _graph(layered(6)),
                                                        node_match=lambda x, y: x == y)

@@ -3,11 +3,12 @@
 BERT-24 training graph from the paper's BERT-12, where no deeper file was published.
 
 The paper's operator graphs give each node the encoder layer it belongs to (``layerId``).
-One layer (``--template``, default the middle one) is copied ``--add`` times; the copies sit between the template and the layer after it, each
-wired to the next as the template is to its successor (forward out of its last residual,
-gradients back into it), each reading what the template reads from outside the chain
-(the attention mask), with its own colour classes and its own weights (nodes without a
-layer that only the template touches).  Generated graphs (``make_large_workload.py``)
+One layer (``--template``, default the middle one) is copied ``--add`` times.  The copies
+sit between the template and the layer after it, each wired to the next as the template
+is to its successor (forward out of its last residual, gradients back into it), each
+reading what the template reads from outside the chain (the attention mask), with its
+own colour classes and its own weights (nodes without a layer that only the template
+touches).  Generated graphs (``make_large_workload.py``)
 are what a generator thinks a network is; this is the network the paper measured, made
 longer, which is the held-out case the solvers must prove.
 
@@ -65,15 +66,20 @@ def deepen(data: dict, extra: int, template: int | None = None) -> dict:
     next_class = max((n["colorClass"] for n in nodes if "colorClass" in n), default=0) + 1
     out_nodes = [dict(n, layerId=n["layerId"] + extra) if isinstance(n.get("layerId"), int) and n["layerId"] > t
                  else dict(n) for n in nodes]
-    out_edges = [e for e in edges if e not in after]
+    out_edges = [e for e in edges if not any(e is a for a in after)]
+    # what each copy repeats: the template's own edges, and those to and from outside the
+    # chain of layers (the attention mask it reads, the head's gradients it sends)
+    own = [e for e in edges if e["sourceId"] in inside and e["destId"] in inside]
+    out = [e for e in edges if e["sourceId"] in inside and e["destId"] not in inside
+           and layer_of[e["destId"]] not in (t - 1, t + 1)]
+    into = [e for e in edges if e["destId"] in inside and e["sourceId"] not in inside
+            and layer_of[e["sourceId"]] not in (t - 1, t + 1)]
     previous = {v: v for v in inside}  # the copy before (at first the template itself)
     for c in range(1, extra + 1):
-        copy = {}
+        copy, recoloured = {}, {}
         for v in sorted(inside):
             copy[v] = next_id
             next_id += 1
-        recoloured = {}
-        for v in sorted(inside):
             n = dict(by_id[v], id=copy[v], name=f"{by_id[v].get('name', v)}@{c}")
             if isinstance(n.get("layerId"), int):
                 n["layerId"] = t + c
@@ -83,14 +89,9 @@ def deepen(data: dict, extra: int, template: int | None = None) -> dict:
                     next_class += 1
                 n["colorClass"] = recoloured[n["colorClass"]]
             out_nodes.append(n)
-        for e in edges:
-            s, d = e["sourceId"] in inside, e["destId"] in inside
-            if s and d:
-                out_edges.append(dict(e, sourceId=copy[e["sourceId"]], destId=copy[e["destId"]]))
-            elif s and layer_of[e["destId"]] not in (t - 1, t + 1):
-                out_edges.append(dict(e, sourceId=copy[e["sourceId"]]))
-            elif d and layer_of[e["sourceId"]] not in (t - 1, t + 1):
-                out_edges.append(dict(e, destId=copy[e["destId"]]))
+        out_edges += [dict(e, sourceId=copy[e["sourceId"]], destId=copy[e["destId"]]) for e in own]
+        out_edges += [dict(e, sourceId=copy[e["sourceId"]]) for e in out]
+        out_edges += [dict(e, destId=copy[e["destId"]]) for e in into]
         for e in after:  # the copy before is wired to this one as the template to its successor
             if e["sourceId"] in inside:
                 out_edges.append(dict(e, sourceId=previous[e["sourceId"]], destId=copy[port[e["destId"]]]))

@@ -103,23 +103,27 @@ SPECTRAL_MOST = 1500  # classes, at most, for the spectral order (a dense eigens
 def spectral_rank(n: int, source: np.ndarray, ptr: np.ndarray, members: np.ndarray,
                   weight: np.ndarray) -> np.ndarray | None:
     """class -> its place along the Fiedler vector of the class graph (each tensor a
-    clique of the classes it touches, weighted by its transfer time shared among them);
-    None beyond SPECTRAL_MOST classes, without two, or where the eigensolver fails.  Sorting by the Fiedler vector
-    minimises, relaxed, the weighted sum of squared distances in the order, so a segment of
-    it is a set with few and light tensors across its boundary.  A topological order of a
-    training graph is no such thing: the classes hold a forward operator and its
-    gradients, and the order puts the weights, the optimizer and the gradient-only classes
-    far from the layer they belong to (op-level BERT-24 training, 6 accelerators: a ring
-    split of the topological order 1866, of the spectral order 690)."""
+    clique of the classes it touches, weighted by its transfer time shared among them;
+    the arrays of :meth:`..classes.Classes.hyper_arrays`, whose members hold the source);
+    None beyond SPECTRAL_MOST classes, without two, or where the eigensolver fails.
+    Sorting by the Fiedler vector minimises, relaxed, the weighted sum of squared
+    distances in the order, so a segment of it is a set with few and light tensors across
+    its boundary.  A topological order of a training graph is no such thing: the classes
+    hold a forward operator and its gradients, and the order puts the weights, the
+    optimizer and the gradient-only classes far from the layer they belong to (op-level
+    BERT-24 training, 6 accelerators: a ring split of the topological order 1866, of the
+    spectral order 687.7)."""
     if n < 2 or n > SPECTRAL_MOST:
         return None
-    adjacency = np.zeros((n, n))
+    laplacian = np.zeros((n, n))  # the adjacency first, negated into the Laplacian in place
     for h in range(len(weight)):
-        touched = np.unique(np.append(members[ptr[h]:ptr[h + 1]], source[h]))
+        touched = members[ptr[h]:ptr[h + 1]]
         if len(touched) > 1:
-            adjacency[np.ix_(touched, touched)] += weight[h] / (len(touched) - 1)
-    np.fill_diagonal(adjacency, 0.0)
-    laplacian = np.diag(adjacency.sum(axis=1)) - adjacency
+            laplacian[np.ix_(touched, touched)] += weight[h] / (len(touched) - 1)
+    np.fill_diagonal(laplacian, 0.0)
+    degree = laplacian.sum(axis=1)
+    np.subtract(0.0, laplacian, out=laplacian)  # 0 - x, not -x: a -0.0 moved eigh's vectors (BERT-12)
+    laplacian[np.diag_indices(n)] = degree
     try:
         _, vectors = np.linalg.eigh(laplacian)
     except np.linalg.LinAlgError:  # no convergence: the topological orders serve alone
