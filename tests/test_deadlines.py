@@ -12,10 +12,11 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from ray_processes import sigint_as_in_a_terminal
+from ray_processes import descendants, sigint_as_in_a_terminal
 from onnxsplit import api, interrupt, limits
 from onnxsplit.errors import OnnxsplitError, SolveError
 from onnxsplit.export import FORMAT
@@ -314,12 +315,31 @@ def test_ctrl_c_ends_a_measuring_run_within_two_seconds(tmp_path):
     before = sorted((p.name, p.stat().st_size) for p in e.out.iterdir())
     # (a time limit far beyond the wait: the run fits its rounds to it, not to the samples asked)
     p = _started(["run", str(e.out), "--samples", "1000000", "--time-limit", "3600"], wait_for=5.0)
+    held = descendants(p.pid)  # (the processes each configuration is measured in: apart.py)
     t0 = time.perf_counter()
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=30)
     assert time.perf_counter() - t0 <= 2.0
     assert p.returncode == 130 and err.strip().splitlines()[-1] == "onnxsplit: interrupted", err
     assert sorted((p.name, p.stat().st_size) for p in e.out.iterdir()) == before
+    assert held and not _alive(held, within=1.0), held
+
+
+def _alive(pids, within: float) -> set[int]:
+    """Those of ``pids`` still running (not a zombie) after ``within`` seconds at most."""
+    deadline = time.monotonic() + within
+    while True:
+        left = set()
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                left.add(pid)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 def test_a_long_solve_shows_its_progress_and_the_json_carries_the_trace(tmp_path, capsys, monkeypatch):

@@ -26,6 +26,7 @@ configurations, :mod:`onnxsplit.running.verify`), single-stream latency and pipe
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -518,7 +519,11 @@ def measure_pipeline(parts: Parts, feeds: Mapping[str, Any], samples: int, warmu
     flight (two per worker), steady state: from the first finish after warm-up to the last
     before the pipeline drains (its last samples run with workers idle).  Where one worker runs everything (a model kept whole, a plan in one
     session), samples are run one after another in the calling thread, as a user's own
-    loop over ``session.run`` would: no hand-offs between threads."""
+    loop over ``session.run`` would: no hand-offs between threads.  A configuration held
+    in a process of its own (:class:`.apart.Apart`) is measured there, by this function."""
+    own = getattr(parts, "measure_pipeline", None)
+    if own is not None:
+        return own(feeds, samples, warmup, depth)
     for _ in range(warmup):
         parts.run(feeds)
     if parts.default_depth() == 1 and depth in (None, 1):
@@ -665,51 +670,60 @@ def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = No
 def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int, warmup: int,
               accelerators: Iterable[str] = (), capacity_kb: int | None = None,
               plan: "Parts | None" = None, rounds: int = ROUNDS,
-              also: Mapping[str, Any] | None = None, time_limit: float | None = None
-              ) -> dict[str, dict[str, Any]]:
+              also: Mapping[str, Any] | None = None, time_limit: float | None = None,
+              apart: bool = True) -> dict[str, dict[str, Any]]:
     """The baselines (:func:`baseline_runs`) measured on ``feeds``, and ``plan`` (as
     ``"onnxsplit"``) and ``also`` (name -> loaded parts) alongside: every session is
     loaded first, then ``rounds`` rounds each measure every one in turn, so a shared
     machine's slow minute hits all alike; the medians over the rounds are kept, within
-    ``time_limit`` seconds where one is given (:func:`measure_rounds`)."""
+    ``time_limit`` seconds where one is given (:func:`measure_rounds`).  ``apart``: each
+    baseline held in a process of its own (:class:`.apart.Apart`; the caller's ``plan``
+    and ``also`` are as it loaded them), none then slowed by having been loaded first."""
+    import shutil
     import tempfile
+
+    from . import apart as held_apart
 
     loaded: dict[str, Any] = {}
     out: dict[str, dict[str, Any]] = {}
     if plan is not None:
         loaded["onnxsplit"] = plan
     loaded.update(also or {})
+    mine: list[Any] = []  # what this call holds apart, closed on the way out
     stats_dir = None
-    for name, (ep, how) in baseline_runs(accelerators, capacity_kb).items():
-        config = dict(how.get("config") or {})
-        try:
-            for k, v in config.items():
-                if "{stats}" in v:
-                    stats_dir = stats_dir or tempfile.mkdtemp(prefix="onnxsplit-stats-")
-                    stats = Path(stats_dir) / "node_memory.csv"
-                    _collect_memory_stats(model_path, ep, feeds, stats)
-                    config[k] = v.replace("{stats}", str(stats))
-            if "hint" in how:
-                loaded[name] = openvino.Hinted(model_path, how["hint"])
-            else:
-                loaded[name] = Parts.whole(model_path, ep, **dict(how, config=config))
-        except (RunError, openvino.OpenVINOError) as e:
-            out[name] = {"error": str(e)}
-            continue
-        out[name] = {"execution_provider": ep, "threads": how["threads"],
-                     "replicas": getattr(loaded[name], "requests", how.get("replicas", 1)),
-                     **({"hint": how["hint"], "precision": loaded[name].precision} if "hint" in how else {})}
-    for name, got in measure_rounds(loaded, feeds, samples, warmup, rounds,
-                                    pair_with="onnxsplit" if plan is not None else None,
-                                    time_limit=time_limit).items():
+    try:
+        for name, (ep, how) in baseline_runs(accelerators, capacity_kb).items():
+            config = dict(how.get("config") or {})
+            try:
+                for k, v in config.items():
+                    if "{stats}" in v:
+                        stats_dir = stats_dir or tempfile.mkdtemp(prefix="onnxsplit-stats-")
+                        stats = Path(stats_dir) / "node_memory.csv"
+                        _collect_memory_stats(model_path, ep, feeds, stats)
+                        config[k] = v.replace("{stats}", str(stats))
+                recipe = ("hinted", str(model_path), how["hint"]) if "hint" in how \
+                    else ("whole", str(model_path), ep, dict(how, config=config))
+                loaded[name] = held_apart.Apart(recipe, feeds) if apart else held_apart.build(recipe)
+                mine.append(loaded[name])
+            except (RunError, openvino.OpenVINOError) as e:
+                out[name] = {"error": str(e)}
+                continue
+            out[name] = {"execution_provider": ep, "threads": how["threads"],
+                         "replicas": getattr(loaded[name], "requests", how.get("replicas", 1)),
+                         **({"hint": how["hint"], "precision": loaded[name].precision} if "hint" in how else {})}
+        measured = measure_rounds(loaded, feeds, samples, warmup, rounds,
+                                  pair_with="onnxsplit" if plan is not None else None, time_limit=time_limit)
+    finally:
+        for held in mine:
+            if isinstance(held, held_apart.Apart):
+                held.close()
+        if stats_dir is not None:
+            shutil.rmtree(stats_dir, ignore_errors=True)
+    for name, got in measured.items():
         if "error" in got:
             out[name] = got
         elif "error" not in out.get(name, {}):
             out.setdefault(name, {}).update(got)
-    if stats_dir is not None:
-        import shutil
-
-        shutil.rmtree(stats_dir, ignore_errors=True)
     return out
 
 
@@ -952,16 +966,21 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
     if measure and not compare:
         result["measured"] = measure_pipeline(parts, feeds, samples, warmup)
     elif measure:
+        from .apart import Apart
+
         accelerators = [ep for ep in parts.execution_providers if not shares_cpu(ep)]
         budget = (result["predicted"] or {}).get("accelerator_memory")
-        also = {"onnxsplit_threads": Parts(parts_dir, optimize=optimize, fallback_cpu=fallback_cpu)} \
-            if loaded is not None else None
         # OpenVINO's EP beside parts that compute in bf16 computes so too (its own runtime's
-        # hints compute in what OpenVINO picks by default, said beside their figures)
-        with openvino.computing_in(precision or "f32", quiet=True):
+        # hints compute in what OpenVINO picks by default, said beside their figures); the
+        # plan is measured in a process of its own, as each baseline is (apart.py), and
+        # the threaded runner's pipeline beside another engine's
+        with openvino.computing_in(precision or "f32", quiet=True), contextlib.ExitStack() as held:
+            recipe = ("parts", str(parts.dir), {"optimize": optimize, "fallback_cpu": fallback_cpu})
+            plan = parts if loaded is not None else held.enter_context(Apart(recipe, feeds))
+            also = {"onnxsplit_threads": held.enter_context(Apart(recipe, feeds))} if loaded is not None else None
             base = baselines(model_path, feeds, samples=samples, warmup=warmup,
                              accelerators=accelerators,
-                             capacity_kb=int(budget / 1024) if budget else None, plan=parts, also=also,
+                             capacity_kb=int(budget / 1024) if budget else None, plan=plan, also=also,
                              time_limit=time_limit)
         result["measured"] = base.pop("onnxsplit")
         if "error" in result["measured"]:  # the plan itself failed while measured (a part, or
