@@ -21,6 +21,7 @@ from typing import Iterable, Mapping, Sequence
 from .. import progress
 from ..providers import openvino
 from ..errors import ProfileError
+from ..solve import isolated
 from .devices import CPU_EP, available_providers, describe, device_key, preferred_providers
 from .store import Entry, ModelProfile, NodeTiming, ProfileFile, model_hash, profile_key
 
@@ -285,10 +286,14 @@ def _measure_openvino(path: Path, graph, key: str, bound, feeds, repeats: int, w
     try:
         readers = {n.name: [c for o in n.outputs if o in graph.tensors for c in graph.tensors[o].consumers]
                    for n in graph.nodes}
-        node_ms, whole = openvino.profile_nodes(path, feeds, names,
-                                                {n: works[n].flops + 1.0 for n in names},
-                                                threads=threads, runs=max(repeats, 10), warmup=warmup,
-                                                consumers=readers)
+        # in a process of its own: after OpenVINO had profiled a decoder (tests/data's
+        # llama_tiny_genai, on a 2-core AMD EPYC with AVX2 only), its next model's first
+        # inference in the same process crashed it (a segmentation fault); a crash there is
+        # the refusal below
+        with isolated.Child() as child:
+            node_ms, whole = child.call("onnxsplit.providers.openvino:profile_nodes", str(path), dict(feeds),
+                                        names, {n: works[n].flops + 1.0 for n in names}, threads=threads,
+                                        runs=max(repeats, 10), warmup=warmup, consumers=readers)
         nodes = {n.name: NodeTiming(n.op_type, True, round(node_ms[n.name], 6)) for n in graph.nodes}
         whole_ms = {k: round(v, 6) if isinstance(v, float) else v for k, v in whole.items()}
     except Exception as e:

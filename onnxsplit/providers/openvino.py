@@ -470,6 +470,12 @@ def queued(compiled_for, samples: Iterable[Mapping[str, Any]], jobs: int,
         raise
     except Exception as e:  # (its message, without the source locations it stacks)
         raise OpenVINOError(_one_line(e)) from None
+    finally:  # (a queue let go with requests in flight, a sample refused while earlier ones
+        if queue is not None:  # ran, aborted or crashed the process half the time: 2-core AMD, AVX2)
+            try:
+                queue.wait_all()
+            except Exception:
+                pass
     yield from last
     if nxt < sent:
         raise OpenVINOError(f"sample {nxt} gave no outputs")
