@@ -30,7 +30,7 @@ from onnxsplit.graph import OpGraph  # noqa: E402
 from onnxsplit.profile.devices import CPU_EP  # noqa: E402
 from onnxsplit.profile.measure import input_feeds  # noqa: E402
 from onnxsplit.running import apart  # noqa: E402
-from onnxsplit.running.runner import Parts, measure_rounds, paired_ratios  # noqa: E402
+from onnxsplit.running.runner import Parts, build_configuration, measure_rounds, paired_ratios  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -73,7 +73,7 @@ def load_order(model: str, feeds, args) -> int:
     got: dict[str, list[float]] = {"one process": [], "apart": []}
     for rep in range(2 * args.reps):
         where = "apart" if rep % 2 else "one process"
-        make = apart.Apart if rep % 2 else (lambda r, f: apart.build(r))
+        make = apart.Apart if rep % 2 else (lambda r, f: build_configuration(r))
         loaded = {}
         try:
             for name in ("plan", "twin"):

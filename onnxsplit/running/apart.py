@@ -22,51 +22,13 @@ from typing import Any, Mapping
 
 from ..errors import RunError, SolveError
 from ..solve.isolated import Child
-from .runner import Parts, measure_pipeline
 
-_HELD: dict[str, Any] = {}  # in the child: the configuration and the inputs it runs
-
-
-def build(recipe: tuple) -> Any:
-    """A configuration from its recipe (:class:`Apart`), in this process."""
-    kind, path, *rest = recipe
-    if kind == "parts":
-        return Parts(path, **rest[0])
-    if kind == "whole":
-        ep, how = rest
-        return Parts.whole(path, ep, **how)
-    if kind == "hinted":
-        from ..providers import openvino
-
-        return openvino.Hinted(path, rest[0])
-    raise ValueError(f"unknown configuration {kind!r}")
-
-
-def load(recipe: tuple, feeds: Mapping[str, Any]) -> dict[str, Any]:
-    """(in the child) Build ``recipe`` and keep it with ``feeds``: what the parent reads of it."""
-    held = build(recipe)
-    _HELD.update(held=held, feeds=dict(feeds))
-    facts = {"depth": held.default_depth(), "spins": getattr(held, "spins", True)}
-    for name in ("requests", "precision"):
-        if hasattr(held, name):
-            facts[name] = getattr(held, name)
-    return facts
-
-
-def once() -> dict[str, Any]:
-    """(in the child) One run of the held configuration: its outputs."""
-    return _HELD["held"].run(_HELD["feeds"])
-
-
-def measure(samples: int, warmup: int, depth: int | None) -> dict[str, float]:
-    """(in the child) :func:`.runner.measure_pipeline` of the held configuration."""
-    return measure_pipeline(_HELD["held"], _HELD["feeds"], samples, warmup, depth)
+CHILD = "onnxsplit.running.apart_child"  # what the child runs (it imports the runner, which imports this)
 
 
 class Apart:
-    """A configuration built in a child process from ``recipe`` (``("parts", folder,
-    options)``, ``("whole", model, ep, how)`` as ``Parts.whole`` takes them, or
-    ``("hinted", model, hint)`` for OpenVINO's runtime), running ``feeds``: what
+    """A configuration built in a child process from ``recipe`` (as
+    :func:`.runner.build_configuration` takes it), running ``feeds``: what
     :func:`.runner.measure_rounds` asks of a loaded configuration, answered there.  The
     child inherits this process's environment (OpenVINO's precision, the timing scale);
     an error there is a :class:`RunError` here, and Ctrl-C ends it."""
@@ -90,7 +52,7 @@ class Apart:
         if function != "load" and proc.poll() is not None:  # (a fresh child would hold nothing)
             raise RunError(f"{self._name()}: its process ended (exit status {proc.returncode})")
         try:
-            return self._child.call(f"{__spec__.name}:{function}", *args)
+            return self._child.call(f"{CHILD}:{function}", *args)
         except SolveError as e:  # (the child died: a crash in a session)
             raise RunError(f"{self._name()}: {e}") from None
 

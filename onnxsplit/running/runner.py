@@ -667,6 +667,22 @@ def baseline_runs(accelerators: Iterable[str] = (), capacity_kb: int | None = No
     return runs
 
 
+def build_configuration(recipe: tuple) -> Any:
+    """A configuration from its recipe, in this process: ``("parts", folder, options)``
+    (:class:`Parts`), ``("whole", model, ep, how)`` (:meth:`Parts.whole`'s keywords) or
+    ``("hinted", model, hint)`` (OpenVINO's runtime as its hint runs it).  A recipe, not
+    a loaded object, is what a process of its own is given (:class:`.apart.Apart`)."""
+    kind, path, *rest = recipe
+    if kind == "parts":
+        return Parts(path, **rest[0])
+    if kind == "whole":
+        ep, how = rest
+        return Parts.whole(path, ep, **how)
+    if kind == "hinted":
+        return openvino.Hinted(path, rest[0])
+    raise ValueError(f"unknown configuration {kind!r}")
+
+
 def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int, warmup: int,
               accelerators: Iterable[str] = (), capacity_kb: int | None = None,
               plan: "Parts | None" = None, rounds: int = ROUNDS,
@@ -682,7 +698,7 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
     import shutil
     import tempfile
 
-    from . import apart as held_apart
+    from .apart import Apart
 
     loaded: dict[str, Any] = {}
     out: dict[str, dict[str, Any]] = {}
@@ -703,7 +719,7 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
                         config[k] = v.replace("{stats}", str(stats))
                 recipe = ("hinted", str(model_path), how["hint"]) if "hint" in how \
                     else ("whole", str(model_path), ep, dict(how, config=config))
-                loaded[name] = held_apart.Apart(recipe, feeds) if apart else held_apart.build(recipe)
+                loaded[name] = Apart(recipe, feeds) if apart else build_configuration(recipe)
                 mine.append(loaded[name])
             except (RunError, openvino.OpenVINOError) as e:
                 out[name] = {"error": str(e)}
@@ -715,7 +731,7 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
                                   pair_with="onnxsplit" if plan is not None else None, time_limit=time_limit)
     finally:
         for held in mine:
-            if isinstance(held, held_apart.Apart):
+            if isinstance(held, Apart):
                 held.close()
         if stats_dir is not None:
             shutil.rmtree(stats_dir, ignore_errors=True)
