@@ -705,7 +705,7 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
     if plan is not None:
         loaded["onnxsplit"] = plan
     loaded.update(also or {})
-    mine: list[Any] = []  # what this call holds apart, closed on the way out
+    mine: list[Any] = []  # the processes this call started, ended on the way out
     stats_dir = None
     try:
         for name, (ep, how) in baseline_runs(accelerators, capacity_kb).items():
@@ -719,8 +719,11 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
                         config[k] = v.replace("{stats}", str(stats))
                 recipe = ("hinted", str(model_path), how["hint"]) if "hint" in how \
                     else ("whole", str(model_path), ep, dict(how, config=config))
-                loaded[name] = Apart(recipe, feeds) if apart else build_configuration(recipe)
-                mine.append(loaded[name])
+                if apart:
+                    loaded[name] = Apart(recipe, feeds)
+                    mine.append(loaded[name])
+                else:
+                    loaded[name] = build_configuration(recipe)
             except (RunError, openvino.OpenVINOError) as e:
                 out[name] = {"error": str(e)}
                 continue
@@ -731,8 +734,7 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
                                   pair_with="onnxsplit" if plan is not None else None, time_limit=time_limit)
     finally:
         for held in mine:
-            if isinstance(held, Apart):
-                held.close()
+            held.close()
         if stats_dir is not None:
             shutil.rmtree(stats_dir, ignore_errors=True)
     for name, got in measured.items():
