@@ -87,9 +87,9 @@ def test_baselines_apart_are_the_same_configurations_as_here(tmp_path, children)
         assert np.isfinite(got["throughput_per_s"]) and got["throughput_per_s"] > 0, name
 
 
-def test_run_measures_the_plan_apart_beside_its_baselines(tmp_path, children):
-    """`run`: the plan verified here, measured in a child of its own beside each baseline,
-    every child ended after; the paired ratios are real."""
+def test_run_measures_the_plan_apart_beside_its_baselines(tmp_path, children, monkeypatch):
+    """`run`: the plan verified here, let go of here (not held twice), measured in a child
+    of its own beside each baseline, every child ended after; the paired ratios are real."""
     from onnxsplit.export import export
     from onnxsplit.graph import OpGraph
 
@@ -97,7 +97,10 @@ def test_run_measures_the_plan_apart_beside_its_baselines(tmp_path, children):
     g = OpGraph.from_onnx(model)
     out = tmp_path / "parts"
     export(g, {n.name: "cpu0" for n in g.nodes}, out, providers={"cpu0": CPU}, threads={"cpu0": 1})
+    released, real = [], Parts.release
+    monkeypatch.setattr(Parts, "release", lambda self: released.append(len(self.sessions)) or real(self))
     got = runner.run_parts(out, samples=4, warmup=1)
+    assert released == [1]  # (its one part's sessions)
     assert got["verify"]["ok"]
     assert len(children) == 1 + len(runner.baseline_runs()) and all(p.poll() is not None for p in children)
     assert got["measured"]["latency_ms"] > 0 and set(got["ratios"]) == set(got["baselines"])

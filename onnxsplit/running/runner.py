@@ -291,6 +291,11 @@ class Parts:
         return (len(self.parts) == 1 and self.execution_providers[0] == openvino.RUNTIME
                 and len(self.sessions[0]) > 1 and set(self.output_names) <= set(self._out_names[0]))
 
+    def release(self) -> None:
+        """Let go of the sessions and their memory (the folder is measured in a process of its
+        own: :func:`run_parts`); the figures read from the manifest stay."""
+        self.sessions = []
+
     def default_depth(self) -> int:
         """Samples in flight for throughput: two per worker; one where a single worker runs
         everything (a second in flight would only add the hand-offs' Python work, which
@@ -994,6 +999,8 @@ def run_parts(parts_dir: str | Path, *, model: str | Path | None = None,
         # the threaded runner's pipeline beside another engine's
         with openvino.computing_in(precision or "f32", quiet=True), contextlib.ExitStack() as held:
             recipe = ("parts", str(parts.dir), {"optimize": optimize, "fallback_cpu": fallback_cpu})
+            if loaded is None:  # (measured in its own process: not held twice meanwhile)
+                parts.release()
             plan = parts if loaded is not None else held.enter_context(Apart(recipe, feeds))
             also = {"onnxsplit_threads": held.enter_context(Apart(recipe, feeds))} if loaded is not None else None
             base = baselines(model_path, feeds, samples=samples, warmup=warmup,
