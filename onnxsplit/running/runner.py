@@ -701,8 +701,8 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
     baseline held in a process of its own (:class:`.apart.Apart`; the caller's ``plan``
     and ``also`` are as it loaded them), none then slowed by having been loaded first."""
     import shutil
-    import tempfile
 
+    from .. import interrupt
     from .apart import Apart
 
     loaded: dict[str, Any] = {}
@@ -718,7 +718,7 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
             try:
                 for k, v in config.items():
                     if "{stats}" in v:
-                        stats_dir = stats_dir or tempfile.mkdtemp(prefix="onnxsplit-stats-")
+                        stats_dir = stats_dir or interrupt.fresh_dir(prefix="onnxsplit-stats-")
                         stats = Path(stats_dir) / "node_memory.csv"
                         _collect_memory_stats(model_path, ep, feeds, stats)
                         config[k] = v.replace("{stats}", str(stats))
@@ -740,8 +740,9 @@ def baselines(model_path: str | Path, feeds: Mapping[str, Any], *, samples: int,
     finally:
         for held in mine:
             held.close()
-        if stats_dir is not None:
+        if stats_dir is not None:  # (made above by fresh_dir: nothing of the user's)
             shutil.rmtree(stats_dir, ignore_errors=True)
+            interrupt.unregister(stats_dir)
     for name, got in measured.items():
         if "error" in got:
             out[name] = got
