@@ -163,20 +163,23 @@ def load_whole(model_path: str | Path, ep: str, how: Mapping[str, Any]) -> "Part
         return {"error": str(e)}
 
 
-def measure_loaded(named: Mapping[str, Any], feeds: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Measure what loaded (name -> Parts, or {"error": ...} where it did not), after
-    WARM_S of runs of each (caches, thread pools and the clock of a machine that was idle
-    come up to speed, as they have by the time `run` measures); the first runs say how
-    many samples fill TARGET_S.  Where the rounds
+def measure_loaded(named: Mapping[str, Any], feeds: Mapping[str, Any],
+                   pair_with: str | None = None) -> dict[str, dict[str, Any]]:
+    """Measure what loaded (name -> Parts or :class:`.apart.Apart`, or {"error": ...} where
+    it did not), after WARM_S of runs of each (caches, thread pools and the clock of a
+    machine that was idle come up to speed, as they have by the time `run` measures); the
+    first runs say how many samples fill TARGET_S.  Where the rounds
     of a configuration spread wider than SPREAD_AGAIN, all are measured again (at most
     AGAIN times) and the measurement whose widest spread is least is kept.  Rounds
     shortened by the timing scale F spread wider by their shortness alone (noise over
     a round falls as the square root of its length): the bound is SPREAD_AGAIN / sqrt(F),
-    so that a shortened calibration is not measured twice for being short."""
-    from .running.runner import Parts, measure_rounds
+    so that a shortened calibration is not measured twice for being short.  ``pair_with``:
+    each other configuration measured right beside it (``runner.measure_rounds``), the
+    spread that of their pairs' ratios, and all tries' rounds kept."""
+    from .running.runner import measure_rounds
 
-    loaded = {k: v for k, v in named.items() if isinstance(v, Parts)}
-    out = {k: v for k, v in named.items() if not isinstance(v, Parts)}
+    loaded = {k: v for k, v in named.items() if not isinstance(v, dict)}
+    out = {k: v for k, v in named.items() if isinstance(v, dict)}
     if loaded:
         import time
 
@@ -192,11 +195,13 @@ def measure_loaded(named: Mapping[str, Any], feeds: Mapping[str, Any]) -> dict[s
         tries = []
         for _ in range(1 + AGAIN):
             got = measure_rounds(loaded, feeds, samples, warmup=1, rounds=ROUNDS,
-                                 min_round_s=ROUND_S)
-            tries.append((widest_spread(got), got))
+                                 min_round_s=ROUND_S, pair_with=pair_with)
+            tries.append((widest_spread(got, pair_with), got))
             if tries[-1][0] <= allowed_spread():
                 break
         spread, best = min(tries, key=lambda x: x[0])
+        if pair_with is not None:  # (ratios of pairs: every try's are as good, all kept)
+            best = _pooled_tries([got for _, got in tries])
         for k, v in best.items():
             out[k] = dict(v, spread=round(spread_of(v), 4), tries=len(tries)) if "error" not in v else v
     return out
@@ -214,31 +219,42 @@ def finalists(records: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, 
     ``provider:copies`` -> (provider, how ``Parts.whole`` runs it): each provider's default
     and its single-thread copies (or streams), as its calibration ran them (``records``:
     provider -> calibration), of the providers whose best is within CLOSE of the best of
-    all.  {} where one provider is left: nothing turns on measuring it again (a tiny MLP:
+    all, the best calibrated first (the leader :func:`side_by_side` pairs the others with).
+    {} where one provider is left: nothing turns on measuring it again (a tiny MLP:
     onnxruntime's default 31,000/s, OpenVINO's best 5,300/s)."""
     best = max((best_rate(r) for r in records.values()), default=0.0)
     close = {p: r for p, r in records.items() if best_rate(r) * CLOSE >= best > 0}
     if len(close) < 2:
         return {}
-    out = {}
+    rated = []  # (calibrated throughput, name, run)
     for provider, rec in close.items():
-        out[f"{provider}:default"] = (provider, {"threads": 0})
+        rated.append(((rec.get("default") or {}).get("throughput_per_s") or 0.0,
+                      f"{provider}:default", (provider, {"threads": 0})))
         rep = (rec.get("replicas") or {}).get("1") or {}
         if rep.get("copies", 1) > 1:
-            out[f"{provider}:copies"] = (provider, {"threads": 1, "replicas": int(rep["copies"]),
-                                                    "optimization": rep.get("optimization", "all")})
-    return out
+            rated.append((rep.get("throughput_per_s") or 0.0, f"{provider}:copies",
+                          (provider, {"threads": 1, "replicas": int(rep["copies"]),
+                                      "optimization": rep.get("optimization", "all")})))
+    return {name: run for _, name, run in sorted(rated, key=lambda x: -x[0])}
 
 
 def side_by_side(model_path: str | Path, feeds: Mapping[str, Any],
                  runs: Mapping[str, tuple[str, dict[str, Any]]], *, model_bytes: float = 0.0,
                  host_memory: float | None = None) -> dict[str, dict[str, Any]]:
-    """``runs`` (:func:`finalists`) measured in the same rounds.  Each provider is
-    calibrated in a process of its own, a minute or more apart from the others: on a
-    shared machine that moves their figures against each other (T5's encoder: OpenVINO's
-    streams calibrated above onnxruntime's copies, then measured 0.96x them side by
-    side).  Measured together, the choice between them is made on one stretch of the
-    machine's time.  {} where they would not all fit MEMORY_SHARE of the host's memory."""
+    """``runs`` (:func:`finalists`, the leader first) measured as `run` measures: each in a
+    process of its own (:class:`.apart.Apart`), each beside the leader in adjacent pairs,
+    and each figure the leader's median times the median of its pairs' ratios
+    (:func:`on_leaders_scale`).  Each provider is calibrated in a process of its own, a
+    minute or more apart from the others: on a shared machine that moves their figures
+    against each other (T5's encoder: OpenVINO's streams calibrated above onnxruntime's
+    copies, then measured 0.96x them side by side).  Measured in turn in one process, the
+    choice still turned on noise: ResNet-50's OpenVINO streams measured 18.8/s against
+    copies' 18.33/s, rounds spreading 12-18%, where `run` then measured the copies
+    1.10-1.12x the streams, paired, every time.  {} where they would not all fit
+    MEMORY_SHARE of the host's memory."""
+    from .errors import RunError
+    from .running.apart import Apart
+
     if host_memory is None:
         from .profile.devices import host_memory_bytes
 
@@ -246,8 +262,40 @@ def side_by_side(model_path: str | Path, feeds: Mapping[str, Any],
     copies = sum(int(how.get("replicas", 1)) for _, how in runs.values())
     if copies * model_bytes > MEMORY_SHARE * host_memory:
         return {}
-    loaded = {name: load_whole(model_path, provider, how) for name, (provider, how) in runs.items()}
-    return {k: _rounded(v) for k, v in measure_loaded(loaded, feeds).items()}
+    loaded: dict[str, Any] = {}
+    try:
+        for name, (provider, how) in runs.items():
+            try:
+                loaded[name] = Apart(("whole", str(model_path), provider, how), feeds)
+            except RunError as e:
+                loaded[name] = {"error": str(e)}
+        leader = next((k for k, v in loaded.items() if not isinstance(v, dict)), None)
+        got = measure_loaded(loaded, feeds, pair_with=leader)
+    finally:
+        for held in loaded.values():
+            if isinstance(held, Apart):
+                held.close()
+    return {k: _rounded(v) for k, v in on_leaders_scale(got, leader).items()}
+
+
+def on_leaders_scale(got: Mapping[str, Mapping[str, Any]], leader: str | None) -> dict[str, dict[str, Any]]:
+    """Each configuration's figures measured beside ``leader`` (``measure_rounds``'
+    ``pair_with``) as the leader's median times the median of their pairs' ratios
+    (``runner.paired_ratios``): a comparison of measurements seconds apart, on one scale."""
+    from .running.runner import paired_ratios
+
+    lead = got.get(leader) if leader is not None else None
+    if not lead or "error" in lead:
+        return {k: dict(v) for k, v in got.items()}
+    ratios = paired_ratios(lead, {k: v for k, v in got.items() if k != leader})
+    out = {}
+    for k, v in got.items():
+        v = {key: x for key, x in v.items() if key != "beside"}
+        if k in ratios:
+            v.update(throughput_per_s=lead["throughput_per_s"] / ratios[k]["throughput"],
+                     latency_ms=lead["latency_ms"] * ratios[k]["latency"], paired_with=leader)
+        out[k] = v
+    return out
 
 
 def take_side_by_side(records: dict[str, dict[str, Any]], got: Mapping[str, Mapping[str, Any]]) -> None:
@@ -291,9 +339,19 @@ def noisiest(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
     return {"config": name, "spread": round(spread, 3), "tries": results[name].get("tries", 1)}
 
 
-def widest_spread(results: Mapping[str, Mapping[str, Any]]) -> float:
-    """The widest :func:`spread_of` among measured configurations."""
-    return max((spread_of(v) for v in results.values() if "error" not in v), default=0.0)
+def widest_spread(results: Mapping[str, Mapping[str, Any]], pair_with: str | None = None) -> float:
+    """The widest :func:`spread_of` among measured configurations; with ``pair_with``
+    (measured beside each, ``measure_rounds``), that of each other's ratios to it, pair by
+    pair: a slow minute that moves both sides of a pair is not noise in the comparison."""
+    lead = results.get(pair_with) if pair_with is not None else None
+    if not lead or "error" in lead:
+        return max((spread_of(v) for v in results.values() if "error" not in v), default=0.0)
+    key = "throughput_per_s"
+    spreads = [0.0]
+    for name, mine in (lead.get("beside") or {}).items():
+        theirs = results[name]["by_round"][key]
+        spreads.append(spread_of({"by_round": {key: [y / x for x, y in zip(mine[key], theirs) if x > 0]}}))
+    return max(spreads)
 
 
 def runner_costs() -> dict[str, Any]:
@@ -399,14 +457,30 @@ def _chain(files: list[Path], devices: int, tensors: int = 1):
     return Parts.of_specs(specs, io)
 
 
-def _pooled(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """Two measurements of one configuration as one: medians over all their rounds."""
+def _pooled(*runs: Mapping[str, Any]) -> dict[str, Any]:
+    """Measurements of one configuration as one: medians over all their rounds, and the
+    measurements beside each other configuration (``beside``) one after another too."""
     from .running.runner import summarised
 
-    if "by_round" not in a or "by_round" not in b:
-        return dict(a)
-    return summarised({k: list(a["by_round"][k]) + list(b["by_round"][k]) for k in a["by_round"]},
-                      a["samples"] + b["samples"])
+    if not all("by_round" in r for r in runs):
+        return dict(runs[0])
+    out = summarised({k: [x for r in runs for x in r["by_round"][k]] for k in runs[0]["by_round"]},
+                     sum(r["samples"] for r in runs))
+    if all("beside" in r for r in runs):
+        out["beside"] = {name: {k: [x for r in runs for x in r["beside"][name][k]] for k in theirs}
+                         for name, theirs in runs[0]["beside"].items()
+                         if all(name in r["beside"] for r in runs)}
+    return out
+
+
+def _pooled_tries(tries: list[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each configuration's tries as one (:func:`_pooled`), or its error where one failed."""
+    out = {}
+    for name in tries[-1]:
+        runs = [got.get(name, {"error": "not measured"}) for got in tries]
+        failed = [r for r in runs if "error" in r]
+        out[name] = dict(failed[0]) if failed else _pooled(*runs)
+    return out
 
 
 def _rounded(got: Mapping[str, Any]) -> dict[str, Any]:

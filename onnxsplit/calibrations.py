@@ -87,9 +87,8 @@ def calibrated(graph, known, cache, cluster, acc, workload, quiet: bool, again: 
         if runs:
             progress.say(quiet, f"measuring {', '.join(sorted({p for p, _ in runs.values()}))} side by side")
             feeds = feeds if feeds is not None else input_feeds(graph)
-            with isolated.Child() as child, progress.ticking("measuring side by side", quiet):
-                got = child.call("onnxsplit.calibrate:side_by_side", str(graph.path), feeds,
-                                 runs, model_bytes=model_bytes)
+            with progress.ticking("measuring side by side", quiet):  # (each in a process of its own)
+                got = calibrate.side_by_side(graph.path, feeds, runs, model_bytes=model_bytes)
             calibrate.take_side_by_side(records, got)
         store = store or ProfileFile.load(cache)
         for kind, entry in kinds:

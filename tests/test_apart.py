@@ -106,3 +106,24 @@ def test_run_measures_the_plan_apart_beside_its_baselines(tmp_path, children, mo
     assert got["measured"]["latency_ms"] > 0 and set(got["ratios"]) == set(got["baselines"])
     for r in got["ratios"].values():
         assert np.isfinite(r["throughput"]) and np.isfinite(r["latency"]) and r["throughput"] > 0
+
+
+def test_the_calibrations_finalists_are_measured_apart_beside_the_leader(tmp_path, children):
+    """calibrate.side_by_side holds each finalist in a process of its own, as `run` does,
+    measures each beside the first (the leader) and puts its figures on the leader's
+    scale; one that cannot load is its error, and every process ends with it."""
+    from onnxsplit import calibrate
+
+    model = mlp(tmp_path / "m.onnx", layers=2, batch=2, width=16)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)}
+    runs = {"lead": (CPU, {"threads": 1}), "copies": (CPU, {"threads": 1, "replicas": 2}),
+            "none": ("NoSuchExecutionProvider", {"threads": 1})}
+    got = calibrate.side_by_side(model, feeds, runs)
+    assert set(got) == set(runs) and "error" in got["none"]
+    assert got["copies"]["paired_with"] == "lead" and "paired_with" not in got["lead"]
+    for name in ("lead", "copies"):
+        v = got[name]
+        assert np.isfinite(v["throughput_per_s"]) and v["throughput_per_s"] > 0
+        assert np.isfinite(v["latency_ms"]) and v["latency_ms"] > 0
+        assert v["rounds"] == calibrate.ROUNDS * v["tries"] and "beside" not in v
+    assert len(children) == len(runs) and all(p.poll() is not None for p in children)

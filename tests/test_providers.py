@@ -693,6 +693,42 @@ def test_the_finalists_of_each_provider_are_named_and_replaced():
     assert ov["default"]["latency_ms"] == 7.0 and "side_by_side" not in ov["default"]
 
 
+def test_the_finalists_come_best_calibrated_first():
+    """The leader the others are measured beside is the configuration calibrated fastest,
+    whichever provider it belongs to."""
+    cpu = record(10.0, {1: 18.0, 2: 10.0}, {1: (2, 150.0)})
+    ov = record(7.0, {1: 16.0, 2: 7.0}, {1: (2, 160.0)})
+    names = list(calibrate.finalists({CPU_EP: cpu, openvino.RUNTIME: ov}))
+    rates = {f"{CPU_EP}:default": 100.0, f"{CPU_EP}:copies": 150.0,
+             f"{openvino.RUNTIME}:default": 1e3 / 7.0, f"{openvino.RUNTIME}:copies": 160.0}
+    assert cpu["default"]["throughput_per_s"] == 100.0 and sorted(names) == sorted(rates)
+    assert names == sorted(rates, key=lambda k: -rates[k])
+
+
+def test_figures_measured_beside_the_leader_are_put_on_its_scale():
+    """Each configuration's figure is the leader's median times the median of the ratios
+    of its rounds to the leader's measurement beside each: a slow moment that hits a pair
+    cancels, where the medians of the rounds alone would rank them the other way."""
+    lead = {"throughput_per_s": 10.0, "latency_ms": 100.0,
+            "by_round": {"throughput_per_s": [10.0, 5.0, 10.0, 12.0, 5.0],
+                         "latency_ms": [100.0, 200.0, 100.0, 80.0, 200.0]},
+            "beside": {"b": {"throughput_per_s": [10.0, 5.0, 10.0], "latency_ms": [100.0, 200.0, 100.0]},
+                       "c": {"throughput_per_s": [12.0, 5.0], "latency_ms": [80.0, 200.0]}}}
+    b = {"throughput_per_s": 6.0, "latency_ms": 180.0,
+         "by_round": {"throughput_per_s": [11.0, 5.5, 6.0], "latency_ms": [90.0, 180.0, 180.0]}}
+    c = {"throughput_per_s": 9.0, "latency_ms": 120.0,
+         "by_round": {"throughput_per_s": [9.0, 4.0], "latency_ms": [90.0, 250.0]}}
+    got = calibrate.on_leaders_scale({"a": lead, "b": b, "c": c, "d": {"error": "refused"}}, "a")
+    # b: ratios 1.1, 1.1, 0.6 -> 1.1; its own median (6.0) was below the leader's
+    assert got["b"]["throughput_per_s"] == pytest.approx(11.0)
+    assert got["b"]["latency_ms"] == pytest.approx(90.0)  # (ratios 0.9, 0.9, 1.8)
+    assert got["c"]["throughput_per_s"] == pytest.approx(10.0 / np.median([12.0 / 9.0, 5.0 / 4.0]))
+    assert got["b"]["paired_with"] == "a" and got["d"] == {"error": "refused"}
+    assert got["a"]["throughput_per_s"] == 10.0 and "beside" not in got["a"]
+    # without a leader that ran, the figures are left as measured
+    assert calibrate.on_leaders_scale({"a": {"error": "x"}, "b": b}, "a")["b"] == b
+
+
 def test_a_provider_far_behind_is_not_measured_again():
     cpu = record(10.0, {1: 18.0, 2: 10.0}, {1: (2, 150.0)})
     slow = record(40.0, {1: 80.0, 2: 40.0}, {})
