@@ -26,13 +26,13 @@ def split(model, out, **options):
 
 def run(parts_dir, engine: str = "threads", **options):
     """Verify a parts folder against its original model and measure the pipeline (see
-    :func:`onnxsplit.running.runner.run_parts`; ``engine="ray"``: on Ray actors, ``address=`` a
+    :func:`onnxsplit.running.compare.run_parts`; ``engine="ray"``: on Ray actors, ``address=`` a
     cluster's); a failing part raises ``RunError``, never hangs."""
     if engine == "ray":
         from .running.ray_engine import run_parts as on_ray
 
         return on_ray(parts_dir, **options)
-    from .running.runner import run_parts
+    from .running.compare import run_parts
 
     return run_parts(parts_dir, **options)
 

@@ -73,7 +73,7 @@ def thread_counts(cores: int) -> list[int]:
 def calibrate(model_path: str | Path, feeds: Mapping[str, Any], ep: str, *, cores: int | None = None,
               model_bytes: float = 0.0, host_memory: float | None = None) -> dict[str, Any]:
     """The ``as_run`` record of ``ep`` (see the module docstring).  Every configuration is
-    loaded first and measured in rounds, in turn (``runner.measure_rounds``), where all
+    loaded first and measured in rounds, in turn (``compare.measure_rounds``), where all
     copies fit MEMORY_SHARE of the host's memory (``model_bytes``: weights and activations
     of one copy; memory is estimated before any is loaded); else one at a time."""
     cores = cores or os.cpu_count() or 1
@@ -174,9 +174,9 @@ def measure_loaded(named: Mapping[str, Any], feeds: Mapping[str, Any],
     shortened by the timing scale F spread wider by their shortness alone (noise over
     a round falls as the square root of its length): the bound is SPREAD_AGAIN / sqrt(F),
     so that a shortened calibration is not measured twice for being short.  ``pair_with``:
-    each other configuration measured right beside it (``runner.measure_rounds``), the
+    each other configuration measured right beside it (``compare.measure_rounds``), the
     spread that of their pairs' ratios, and all tries' rounds kept."""
-    from .running.runner import measure_rounds
+    from .running.compare import measure_rounds
 
     loaded = {k: v for k, v in named.items() if not isinstance(v, dict)}
     out = {k: v for k, v in named.items() if isinstance(v, dict)}
@@ -281,8 +281,8 @@ def side_by_side(model_path: str | Path, feeds: Mapping[str, Any],
 def on_leaders_scale(got: Mapping[str, Mapping[str, Any]], leader: str | None) -> dict[str, dict[str, Any]]:
     """Each configuration's figures measured beside ``leader`` (``measure_rounds``'
     ``pair_with``) as the leader's median times the median of their pairs' ratios
-    (``runner.paired_ratios``): a comparison of measurements seconds apart, on one scale."""
-    from .running.runner import paired_ratios
+    (``compare.paired_ratios``): a comparison of measurements seconds apart, on one scale."""
+    from .running.compare import paired_ratios
 
     lead = got.get(leader) if leader is not None else None
     if not lead or "error" in lead:
@@ -376,7 +376,8 @@ def runner_costs() -> dict[str, Any]:
 
     import numpy as np
 
-    from .running.runner import measure_pipeline, round_order, time_calls
+    from .running.runner import measure_pipeline, time_calls
+    from .running.compare import round_order
 
     n = CHAIN_CALLS
     f = scale()
@@ -460,7 +461,7 @@ def _chain(files: list[Path], devices: int, tensors: int = 1):
 def _pooled(*runs: Mapping[str, Any]) -> dict[str, Any]:
     """Measurements of one configuration as one: medians over all their rounds, and the
     measurements beside each other configuration (``beside``) one after another too."""
-    from .running.runner import summarised
+    from .running.compare import summarised
 
     if not all("by_round" in r for r in runs):
         return dict(runs[0])

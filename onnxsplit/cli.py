@@ -298,7 +298,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="the original model (default: the path in the manifest)")
     rn.add_argument("--samples", type=_at_least(1), default=50, metavar="N", help="timed samples (default 50)")
     rn.add_argument("--warmup", type=_at_least(0), default=5, metavar="N", help="untimed samples first (default 5)")
-    rn.add_argument("--time-limit", type=_positive("seconds"), default=300.0, metavar="S",  # (runner.TIME_LIMIT_S)
+    rn.add_argument("--time-limit", type=_positive("seconds"), default=300.0, metavar="S",  # (compare.TIME_LIMIT_S)
                     help="measure in about S seconds (default 300): a slow model or a large shape "
                          "gets fewer warm-up samples, samples and rounds (at least 3), and says so")
     rn.add_argument("--no-measure", action="store_true", help="only verify the outputs")
@@ -707,7 +707,7 @@ def _run(args) -> int:
     if args.engine == "ray":
         from .running.ray_engine import run_parts
     else:
-        from .running.runner import run_parts
+        from .running.compare import run_parts
 
     extra = {"address": args.address} if args.engine == "ray" else {}
     if args.shape:

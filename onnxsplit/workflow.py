@@ -36,7 +36,8 @@ from .plan import Plan, gap_of, read_json
 from .profile import ensure_profiled
 from .profile.devices import CPU_EP, shares_cpu
 from .running.manifest import inputs_at
-from .running.runner import RunError, random_feeds, run_parts
+from .running.runner import RunError, random_feeds
+from .running.compare import run_parts
 from .running.verify import failed
 from .shapes import bytes_text
 from .solve import evaluate, methods
@@ -377,7 +378,7 @@ def _calibrated_baselines(prep: Prepared) -> dict[str, dict[str, float]]:
     copy per core, as the calibration measured them, under the names ``run`` measures
     them by: ``run`` then shows how far the machine itself moved between the
     prediction and the measurement."""
-    from .running.runner import copies_name, default_session_name
+    from .running.compare import copies_name, default_session_name
 
     keys = ("latency_ms", "throughput_per_s")
     eps = {"cpu": CPU_EP, "acc": getattr(prep.accelerator, "execution_provider", None)}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from onnx_models import mlp
-from onnxsplit.running import apart, runner
+from onnxsplit.running import apart, compare, runner
 from onnxsplit.running.runner import Parts, RunError
 from onnxsplit.solve import isolated
 
@@ -73,11 +73,11 @@ def test_baselines_apart_are_the_same_configurations_as_here(tmp_path, children)
     loaded in this process, every figure real."""
     model = mlp(tmp_path / "m.onnx", layers=2, batch=2, width=16)
     feeds = {"x": np.ones((2, 16), np.float32)}
-    there = runner.baselines(model, feeds, samples=3, warmup=1, rounds=2)
-    assert len(children) == len(runner.baseline_runs()) >= 2
+    there = compare.baselines(model, feeds, samples=3, warmup=1, rounds=2)
+    assert len(children) == len(compare.baseline_runs()) >= 2
     assert all(p.poll() is not None for p in children)
-    here = runner.baselines(model, feeds, samples=3, warmup=1, rounds=2, apart=False)
-    assert len(children) == len(runner.baseline_runs())  # (none started for these)
+    here = compare.baselines(model, feeds, samples=3, warmup=1, rounds=2, apart=False)
+    assert len(children) == len(compare.baseline_runs())  # (none started for these)
     assert sorted(there) == sorted(here)
     for name, got in there.items():
         facts = {k: v for k, v in got.items() if k in ("execution_provider", "threads", "replicas", "hint",
@@ -99,10 +99,10 @@ def test_run_measures_the_plan_apart_beside_its_baselines(tmp_path, children, mo
     export(g, {n.name: "cpu0" for n in g.nodes}, out, providers={"cpu0": CPU}, threads={"cpu0": 1})
     released, real = [], Parts.release
     monkeypatch.setattr(Parts, "release", lambda self: released.append(len(self.sessions)) or real(self))
-    got = runner.run_parts(out, samples=4, warmup=1)
+    got = compare.run_parts(out, samples=4, warmup=1)
     assert released == [1]  # (its one part's sessions)
     assert got["verify"]["ok"]
-    assert len(children) == 1 + len(runner.baseline_runs()) and all(p.poll() is not None for p in children)
+    assert len(children) == 1 + len(compare.baseline_runs()) and all(p.poll() is not None for p in children)
     assert got["measured"]["latency_ms"] > 0 and set(got["ratios"]) == set(got["baselines"])
     for r in got["ratios"].values():
         assert np.isfinite(r["throughput"]) and np.isfinite(r["latency"]) and r["throughput"] > 0

@@ -20,7 +20,8 @@ from onnxsplit.cli import main
 from onnxsplit.errors import OnnxsplitError
 from onnxsplit.graph import OpGraph
 from onnxsplit.profile import profile
-from onnxsplit.running.runner import Parts, run_parts
+from onnxsplit.running.runner import Parts
+from onnxsplit.running.compare import run_parts
 
 CPU = "CPUExecutionProvider"
 TWO_CPUS = {"cpu0": CPU, "cpu1": CPU}

@@ -19,7 +19,8 @@ from onnx_models import TINY_BERT, TINY_BERT_SHAPES, mlp
 from onnxsplit.errors import SplitError
 from onnxsplit.export import ANNOTATED, INLINE_BYTES, MANIFEST, SESSION_FILE, WEIGHTS, export
 from onnxsplit.graph import OpGraph
-from onnxsplit.running.runner import random_feeds, run_parts
+from onnxsplit.running.runner import random_feeds
+from onnxsplit.running.compare import run_parts
 
 CPU = "CPUExecutionProvider"
 MAX_IR = 13  # the newest IR version onnxruntime loads

@@ -27,8 +27,9 @@ from onnxsplit.profile.devices import available_providers
 from onnxsplit.errors import OnnxsplitError, SplitError
 from onnxsplit.export import ANNOTATED, INLINE_BYTES, MANIFEST, WEIGHTS, export, make_parts
 from onnxsplit.graph import OpGraph
-from onnxsplit.running.runner import (ROUNDS, Parts, RunError, compare_outputs, random_feeds, read_manifest,
-                              run_parts, single_device_ep)
+from onnxsplit.running.compare import ROUNDS, run_parts
+from onnxsplit.running.runner import (Parts, RunError, compare_outputs, random_feeds, read_manifest,
+                                      single_device_ep)
 from onnxsplit.running.verify import tolerance as verify_tolerance
 
 CPU = "CPUExecutionProvider"
@@ -929,7 +930,7 @@ def test_run_parts_measures_and_checks(late_parts, capsys):
     assert not any("time_limited" in b for b in (r["measured"], *base.values()))  # (300 s: ample)
     # a limit it cannot keep: the fewest rounds and samples, every ratio still paired, said so
     from onnxsplit.cli import main
-    from onnxsplit.running.runner import MIN_ROUNDS, MIN_SAMPLES
+    from onnxsplit.running.compare import MIN_ROUNDS, MIN_SAMPLES
 
     assert main(["run", str(e.out), "--time-limit", "0.001", "--json"]) == 0
     cut = json.loads(capsys.readouterr().out)
@@ -949,7 +950,7 @@ def test_run_weighs_the_default_session_against_its_calibrated_figures(late_part
     reports the measured session over them (the machine's drift since the prediction),
     only for the sessions it measured, and the predicted ratio to it against the
     measured one (the prediction with the drift cancelled)."""
-    from onnxsplit.running import runner
+    from onnxsplit.running import compare
     from onnxsplit.cli import DRIFT_NOTED, main
 
     _, _, e = late_parts
@@ -973,7 +974,7 @@ def test_run_weighs_the_default_session_against_its_calibrated_figures(late_part
     assert r["relative_error"]["ort_default_cpu"] == {
         "throughput": pytest.approx(ratio["throughput"] / (2000 / 3000) - 1),
         "latency": pytest.approx(ratio["latency"] / (0.5 / 0.8) - 1)}
-    monkeypatch.setattr(runner, "run_parts", lambda *a, **k: r)
+    monkeypatch.setattr(compare, "run_parts", lambda *a, **k: r)
     assert main(["run", str(e.out)]) == 0
     rel = r["relative_error"]["ort_default_cpu"]
     printed = capsys.readouterr().out

@@ -19,7 +19,8 @@ from onnxsplit import machine
 from onnxsplit.export import SESSION_FILE, export
 from onnxsplit.graph import OpGraph
 from onnxsplit.plan import Plan
-from onnxsplit.running.runner import Parts, RunError, run_parts
+from onnxsplit.running.runner import Parts, RunError
+from onnxsplit.running.compare import run_parts
 from onnxsplit.workload import Workload
 
 CPU = "CPUExecutionProvider"
@@ -415,7 +416,7 @@ def test_ratios_pair_the_rounds_they_were_measured_in():
     """A slow round slows both sides of its ratio: the ratio is the median of the rounds'
     ratios (2, 0.5, 2 -> 2), not the ratio of the medians (20 / 15); without rounds it is
     the ratio of the figures."""
-    from onnxsplit.running.runner import paired_ratios
+    from onnxsplit.running.compare import paired_ratios
 
     def rounds(thr):
         return {"throughput_per_s": float(np.median(thr)), "latency_ms": float(np.median([1e3 / t for t in thr])),
@@ -432,7 +433,7 @@ def test_ratios_pair_the_rounds_they_were_measured_in():
 
 
 class FakeParts:
-    """A loaded plan for ``runner.measure_rounds`` whose timing a test fakes: it runs
+    """A loaded plan for ``compare.measure_rounds`` whose timing a test fakes: it runs
     nothing (or fails to), its threads spin or not (``Parts.spins``)."""
 
     def __init__(self, name: str = "", spins: bool = True, fails: bool = False):
@@ -459,7 +460,7 @@ def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
     of all its measurements and each ratio pairs the two sides of one group.  The machine
     here slows down group by group (a shared machine's slow seconds): the pairs' ratios
     are then exact, where rounds in turn would pair measurements from different speeds."""
-    from onnxsplit.running import runner
+    from onnxsplit.running import compare
 
     rate = {"plan": 100.0, "a": 50.0, "b": 80.0, "c": 200.0}
     seq: list[str] = []
@@ -471,9 +472,9 @@ def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
         thr = rate[parts.name] * speed
         return {"latency_ms": 1e3 / thr, "throughput_per_s": thr}
 
-    monkeypatch.setattr(runner, "measure_pipeline", fake_pipeline)
+    monkeypatch.setattr(compare, "measure_pipeline", fake_pipeline)
     loaded = {name: FakeParts(name) for name in rate}
-    got = runner.measure_rounds(loaded, {}, 9, 0, rounds=4, pair_with="plan")
+    got = compare.measure_rounds(loaded, {}, 9, 0, rounds=4, pair_with="plan")
     groups = [tuple(seq[i:i + 2]) for i in range(0, len(seq), 2)]
     assert len(seq) == 4 * 3 * 2 and all("plan" in g and len(set(g)) == 2 for g in groups)
     for other in "abc":  # each side goes first in half of its pairs
@@ -482,7 +483,7 @@ def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
     plan = got["plan"]
     assert plan["rounds"] == 12 and set(plan["beside"]) == {"a", "b", "c"}
     assert plan["throughput_per_s"] == pytest.approx(np.median(plan["by_round"]["throughput_per_s"]))
-    ratios = runner.paired_ratios(plan, {k: got[k] for k in "abc"})
+    ratios = compare.paired_ratios(plan, {k: got[k] for k in "abc"})
     for other in "abc":
         assert got[other]["rounds"] == 4
         assert ratios[other]["throughput"] == pytest.approx(rate["plan"] / rate[other])
@@ -490,9 +491,9 @@ def test_each_baseline_is_measured_beside_the_plan(monkeypatch):
     # unpaired, the same machine gives the ratio of measurements taken at other speeds
     seq.clear()
     group[0] = 1
-    apart = runner.measure_rounds(loaded, {}, 9, 0, rounds=4)
+    apart = compare.measure_rounds(loaded, {}, 9, 0, rounds=4)
     assert "beside" not in apart["plan"] and len(seq) == 16
-    assert runner.paired_ratios(apart["plan"], {"a": apart["a"]})["a"]["throughput"] \
+    assert compare.paired_ratios(apart["plan"], {"a": apart["a"]})["a"]["throughput"] \
         != pytest.approx(rate["plan"] / rate["a"])
 
 
@@ -501,7 +502,7 @@ def test_each_measurement_waits_for_the_one_before_to_settle(monkeypatch):
     """A session's spinning threads must not be timed as the next session's slowness:
     after sessions that spin (as FakeParts do unless told), every measurement starts
     SETTLE_S after the previous one ended."""
-    from onnxsplit.running import runner
+    from onnxsplit.running import compare
 
     events: list = []
 
@@ -509,13 +510,13 @@ def test_each_measurement_waits_for_the_one_before_to_settle(monkeypatch):
         events.append("measure")
         return {"latency_ms": 1.0, "throughput_per_s": 1e3}
 
-    monkeypatch.setattr(runner, "measure_pipeline", fake_pipeline)
-    monkeypatch.setattr(runner.time, "sleep", lambda s: events.append(s))
-    runner.measure_rounds({"plan": FakeParts(), "a": FakeParts(), "b": FakeParts()}, {}, 9, 0, rounds=3,
+    monkeypatch.setattr(compare, "measure_pipeline", fake_pipeline)
+    monkeypatch.setattr(compare.time, "sleep", lambda s: events.append(s))
+    compare.measure_rounds({"plan": FakeParts(), "a": FakeParts(), "b": FakeParts()}, {}, 9, 0, rounds=3,
                           pair_with="plan")
     assert events.count("measure") == 3 * 2 * 2
-    assert events == [runner.SETTLE_S, "measure"] * 12
-    assert runner.SETTLE_S >= 0.05  # the spinning measured lasts 20-50 ms
+    assert events == [compare.SETTLE_S, "measure"] * 12
+    assert compare.SETTLE_S >= 0.05  # the spinning measured lasts 20-50 ms
 
 
 def test_the_timing_scale_shortens_every_wait_and_marks_what_it_measured(monkeypatch):
@@ -523,14 +524,14 @@ def test_the_timing_scale_shortens_every_wait_and_marks_what_it_measured(monkeyp
     measured again by a command at full length (not the other way round), a bad value one
     line."""
     from onnxsplit.errors import ProfileError
-    from onnxsplit.running import runner, timing
+    from onnxsplit.running import compare, timing
 
     events: list = []
-    monkeypatch.setattr(runner, "measure_pipeline", lambda *a: {"latency_ms": 1.0, "throughput_per_s": 1e3})
-    monkeypatch.setattr(runner.time, "sleep", lambda s: events.append(s))
+    monkeypatch.setattr(compare, "measure_pipeline", lambda *a: {"latency_ms": 1.0, "throughput_per_s": 1e3})
+    monkeypatch.setattr(compare.time, "sleep", lambda s: events.append(s))
     monkeypatch.setenv(timing.SCALE_ENV, "0.2")
-    runner.measure_rounds({"a": FakeParts(), "b": FakeParts()}, {}, 4, 0, rounds=2)
-    assert events == [pytest.approx(0.2 * runner.SETTLE_S)] * 4
+    compare.measure_rounds({"a": FakeParts(), "b": FakeParts()}, {}, 4, 0, rounds=2)
+    assert events == [pytest.approx(0.2 * compare.SETTLE_S)] * 4
     rec = {"default": {}, "replicas": {}, "scale": 0.2}
     assert not cal.stale(rec)
     monkeypatch.delenv(timing.SCALE_ENV)
@@ -547,7 +548,7 @@ def test_only_a_session_whose_threads_spin_makes_the_next_one_wait(monkeypatch, 
     """Single-thread sessions, and threads told not to spin, leave the cores free at once:
     the pause follows only a session that spins (and opens the measuring, after whatever
     ran before)."""
-    from onnxsplit.running import runner
+    from onnxsplit.running import compare
 
     model = mlp(tmp_path / "m.onnx", layers=2, batch=2, width=8)
     quiet = {"session.intra_op.allow_spinning": "0"}
@@ -561,9 +562,9 @@ def test_only_a_session_whose_threads_spin_makes_the_next_one_wait(monkeypatch, 
         events.append(parts.spins)
         return {"latency_ms": 1.0, "throughput_per_s": 1e3}
 
-    monkeypatch.setattr(runner, "measure_pipeline", fake_pipeline)
-    monkeypatch.setattr(runner.time, "sleep", lambda s: events.append("pause"))
-    runner.measure_rounds({"plan": FakeParts(spins=False), "a": FakeParts(), "b": FakeParts(spins=False)}, {}, 9, 0,
+    monkeypatch.setattr(compare, "measure_pipeline", fake_pipeline)
+    monkeypatch.setattr(compare.time, "sleep", lambda s: events.append("pause"))
+    compare.measure_rounds({"plan": FakeParts(spins=False), "a": FakeParts(), "b": FakeParts(spins=False)}, {}, 9, 0,
                           rounds=3, pair_with="plan")
     assert events[0] == "pause" and events.count("pause") > 1  # (the first, and after "a")
     for before, after in zip(events, events[1:]):
@@ -572,11 +573,11 @@ def test_only_a_session_whose_threads_spin_makes_the_next_one_wait(monkeypatch, 
 
 def test_the_plan_is_measured_though_every_baseline_failed(monkeypatch):
     """A baseline that cannot run leaves the plan to be measured alone, every round."""
-    from onnxsplit.running import runner
+    from onnxsplit.running import compare
 
-    monkeypatch.setattr(runner, "measure_pipeline",
+    monkeypatch.setattr(compare, "measure_pipeline",
                         lambda parts, feeds, samples, warmup: {"latency_ms": 2.0, "throughput_per_s": 500.0})
-    got = runner.measure_rounds({"plan": FakeParts(), "gone": FakeParts(fails=True)}, {}, 9, 0, rounds=3,
+    got = compare.measure_rounds({"plan": FakeParts(), "gone": FakeParts(fails=True)}, {}, 9, 0, rounds=3,
                                 pair_with="plan")
     assert got["gone"] == {"error": "no such provider"}
     assert got["plan"]["rounds"] == 3 and got["plan"]["beside"] == {}
@@ -586,7 +587,7 @@ def test_rounds_fit_a_time_limit_cutting_warmups_then_samples_then_rounds():
     """fit_rounds against the time each measurement takes counted here sample by sample:
     what fits is left alone; a tighter budget cuts the warm-up to one, then samples a
     round, then rounds, never below MIN_SAMPLES and MIN_ROUNDS."""
-    from onnxsplit.running import runner
+    from onnxsplit.running import compare
 
     once = {"plan": 0.1, "a": 0.2, "b": 0.05}
     depth = dict.fromkeys(once, 1)
@@ -598,19 +599,19 @@ def test_rounds_fit_a_time_limit_cutting_warmups_then_samples_then_rounds():
 
     asked = {"plan": 5, "a": 5, "b": 20}
     full = seconds(9, 5, asked)
-    assert runner.fit_rounds(names, once, depth, asked, 5, 9, "plan", full + 0.01) == (9, 5, asked)
-    r, w, n = runner.fit_rounds(names, once, depth, asked, 5, 9, "plan", seconds(9, 1, asked) + 0.01)
+    assert compare.fit_rounds(names, once, depth, asked, 5, 9, "plan", full + 0.01) == (9, 5, asked)
+    r, w, n = compare.fit_rounds(names, once, depth, asked, 5, 9, "plan", seconds(9, 1, asked) + 0.01)
     assert (r, w, n) == (9, 1, asked)  # the warm-ups alone
     for budget in (seconds(9, 1, asked) * 0.6, seconds(9, 1, asked) * 0.2, 0.5, 0.0):
-        r, w, n = runner.fit_rounds(names, once, depth, asked, 5, 9, "plan", budget)
-        assert w == 1 and all(runner.MIN_SAMPLES <= n[k] <= asked[k] for k in n) and r >= runner.MIN_ROUNDS
-        floor = seconds(runner.MIN_ROUNDS, 1, dict.fromkeys(once, runner.MIN_SAMPLES))
+        r, w, n = compare.fit_rounds(names, once, depth, asked, 5, 9, "plan", budget)
+        assert w == 1 and all(compare.MIN_SAMPLES <= n[k] <= asked[k] for k in n) and r >= compare.MIN_ROUNDS
+        floor = seconds(compare.MIN_ROUNDS, 1, dict.fromkeys(once, compare.MIN_SAMPLES))
         assert seconds(r, w, n) <= max(budget, floor) + 1e-9, (budget, r, n)
-        assert r == 9 or all(n[k] == runner.MIN_SAMPLES for k in n)  # rounds go last
+        assert r == 9 or all(n[k] == compare.MIN_SAMPLES for k in n)  # rounds go last
     # a session slow enough for one sample a round keeps its one
-    assert runner.fit_rounds(names, once, depth, dict(asked, a=1), 5, 9, "plan", 0.0)[2]["a"] == 1
+    assert compare.fit_rounds(names, once, depth, dict(asked, a=1), 5, 9, "plan", 0.0)[2]["a"] == 1
     # a stream of copies: its throughput's stream is at least four samples a worker
-    assert runner.measure_cost(0.1, 4, 2, 1) == pytest.approx(0.1 * (2 + 2 + 16))
+    assert compare.measure_cost(0.1, 4, 2, 1) == pytest.approx(0.1 * (2 + 2 + 16))
 
 
 @pytest.mark.full_timing
@@ -618,7 +619,7 @@ def test_run_measures_within_its_time_limit_and_says_so(monkeypatch):
     """A slow model's rounds fit --time-limit (from each session's first run), and where
     they run slower than that run foretold, no round starts once the limit is spent after
     MIN_ROUNDS; the summaries say how they were cut.  Without a limit: every round."""
-    from onnxsplit.running import runner
+    from onnxsplit.running import compare
 
     slow = {"t": 0.02}
 
@@ -626,8 +627,8 @@ def test_run_measures_within_its_time_limit_and_says_so(monkeypatch):
         time.sleep((samples + warmup) * slow["t"])
         return {"latency_ms": 20.0, "throughput_per_s": 50.0}
 
-    monkeypatch.setattr(runner, "measure_pipeline", fake_pipeline)
-    monkeypatch.setattr(runner, "SETTLE_S", 0.0)
+    monkeypatch.setattr(compare, "measure_pipeline", fake_pipeline)
+    monkeypatch.setattr(compare, "SETTLE_S", 0.0)
 
     def loaded():
         parts = {"plan": FakeParts(), "a": FakeParts(), "b": FakeParts()}
@@ -636,28 +637,28 @@ def test_run_measures_within_its_time_limit_and_says_so(monkeypatch):
         return parts
 
     began = time.perf_counter()
-    got = runner.measure_rounds(loaded(), {}, 50, 5, pair_with="plan", time_limit=1.5)
+    got = compare.measure_rounds(loaded(), {}, 50, 5, pair_with="plan", time_limit=1.5)
     took = time.perf_counter() - began
-    assert took < 1.5 * 1.3 and got["a"]["rounds"] >= runner.MIN_ROUNDS
+    assert took < 1.5 * 1.3 and got["a"]["rounds"] >= compare.MIN_ROUNDS
     cut = got["plan"]["time_limited"]
     assert cut["time_limit_s"] == 1.5 and cut["warmup"] == 1 and cut["per_round"] < 10
     slow["t"] = 0.06  # three times what the first run said
     began = time.perf_counter()
-    got = runner.measure_rounds(loaded(), {}, 50, 5, pair_with="plan", time_limit=1.5)
-    assert got["a"]["rounds"] == runner.MIN_ROUNDS == got["b"]["time_limited"]["rounds"]
-    assert got["plan"]["rounds"] == 2 * runner.MIN_ROUNDS  # (beside each of the others, each round)
-    assert time.perf_counter() - began < runner.MIN_ROUNDS * 4 * (cut["per_round"] + 1) * 0.06 + 1
+    got = compare.measure_rounds(loaded(), {}, 50, 5, pair_with="plan", time_limit=1.5)
+    assert got["a"]["rounds"] == compare.MIN_ROUNDS == got["b"]["time_limited"]["rounds"]
+    assert got["plan"]["rounds"] == 2 * compare.MIN_ROUNDS  # (beside each of the others, each round)
+    assert time.perf_counter() - began < compare.MIN_ROUNDS * 4 * (cut["per_round"] + 1) * 0.06 + 1
     slow["t"] = 0.0
-    got = runner.measure_rounds(loaded(), {}, 50, 5, pair_with="plan")
-    assert got["a"]["rounds"] == runner.ROUNDS and "time_limited" not in got["plan"]
+    got = compare.measure_rounds(loaded(), {}, 50, 5, pair_with="plan")
+    assert got["a"]["rounds"] == compare.ROUNDS and "time_limited" not in got["plan"]
     from onnxsplit import cli  # (its default, written out there so that --help stays quick)
 
-    assert cli._parser().parse_args(["run", "parts"]).time_limit == runner.TIME_LIMIT_S
+    assert cli._parser().parse_args(["run", "parts"]).time_limit == compare.TIME_LIMIT_S
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 6])
 def test_rounds_vary_who_runs_after_whom(n):
-    from onnxsplit.running.runner import ROUNDS, round_order
+    from onnxsplit.running.compare import ROUNDS, round_order
 
     names = [f"s{i}" for i in range(n)]
     orders = [round_order(names, r) for r in range(max(ROUNDS, n))]
@@ -833,11 +834,11 @@ def test_a_split_whose_timed_parts_lose_to_the_model_kept_whole_is_not_written(
     """The split is written, verified and timed part by part before it takes the output's
     place; where its parts promise less than the whole rival it was chosen over, the
     whole model is written instead, else the split, predicted from its parts' times."""
-    from onnxsplit.running import runner
+    from onnxsplit.running import compare
     from onnxsplit.workflow import prepare, write_parts
 
     monkeypatch.setenv("ONNXSPLIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(runner, "time_calls", lambda parts, feeds: [0.25 * (i + 1) for i in range(len(parts.parts))])
+    monkeypatch.setattr(compare, "time_calls", lambda parts, feeds: [0.25 * (i + 1) for i in range(len(parts.parts))])
     model = mlp(tmp_path / "m.onnx", layers=4, batch=4, width=32)
     prep = prepare(model, as_run=False, quiet=True)
     w = prep.workload.replace(num_cpus=2)
@@ -914,7 +915,7 @@ def test_a_calibration_whose_rounds_spread_wide_is_measured_again(tmp_path, monk
     """The first measurement's rounds 60% apart (a machine still waking up): measured
     again, and the narrower one kept, with how wide it was and how many tries it took;
     a narrow first one is kept at once."""
-    from onnxsplit.running import runner
+    from onnxsplit.running import compare
     from onnxsplit.running.timing import SCALE_ENV
 
     monkeypatch.setenv(SCALE_ENV, "1")  # (rounds of a user's length: the bound as it stands)
@@ -930,7 +931,7 @@ def test_a_calibration_whose_rounds_spread_wide_is_measured_again(tmp_path, monk
                     "rounds": 3, "by_round": {"throughput_per_s": rates, "latency_ms": [10.0] * 3}}
                 for k in loaded}
 
-    monkeypatch.setattr(runner, "measure_rounds", fake)
+    monkeypatch.setattr(compare, "measure_rounds", fake)
     monkeypatch.setattr(cal, "runner_costs", dict)  # (not what is judged here)
     rec = cal.calibrate(model, feeds, "CPUExecutionProvider", cores=1)
     assert len(calls) >= 2 and calls[0] == calls[1]  # the same configurations, again
@@ -954,7 +955,7 @@ def test_a_calibration_noisy_after_its_tries_is_measured_again_then_said(tmp_pat
     AGAIN more times, and the steadiest try is kept; where even that one spreads wider, the
     calibration names the configuration, its spread and its tries (the split's note), and
     says nothing where a try came steady."""
-    from onnxsplit.running import runner
+    from onnxsplit.running import compare
 
     model = mlp(tmp_path / "m.onnx", layers=2, batch=1, width=16)
     monkeypatch.setattr(cal, "scale", lambda: 1.0)
@@ -965,7 +966,7 @@ def test_a_calibration_noisy_after_its_tries_is_measured_again_then_said(tmp_pat
         rates = spreads.pop(0)
         return {k: {"latency_ms": 1.0, "by_round": {"throughput_per_s": rates}} for k in loaded}
 
-    monkeypatch.setattr(runner, "measure_rounds", rounds)
+    monkeypatch.setattr(compare, "measure_rounds", rounds)
     feeds = {"x": np.ones((1, 16), np.float32)}
     spreads[:] = [[100.0, 180.0], [100.0, 150.0], [100.0, 166.0]]  # (80%, 50%, 66%: all noisy)
     got = cal.measure_loaded({"default": Parts.whole(model, threads=1)}, feeds)

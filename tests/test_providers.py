@@ -25,7 +25,8 @@ from onnxsplit.cli import main
 from onnxsplit.errors import OnnxsplitError
 from onnxsplit.profile import devices
 from onnxsplit.profile.devices import CPU_EP, available_providers, provider_lines, shares_cpu
-from onnxsplit.running.runner import Parts, baselines, measure_pipeline
+from onnxsplit.running.runner import Parts, measure_pipeline
+from onnxsplit.running.compare import baselines
 from onnxsplit.workload import Workload
 
 pytestmark = pytest.mark.every_provider  # (every provider installed: tests/conftest.py)

@@ -406,7 +406,7 @@ def test_two_exports_to_one_out_at_once_leave_one_whole_output(tmp_path, force):
     import threading
 
     from onnxsplit.errors import OnnxsplitError
-    from onnxsplit.running.runner import run_parts
+    from onnxsplit.running.compare import run_parts
 
     model = mlp(tmp_path / "m.onnx", layers=2, batch=4, width=16)
     g = OpGraph.from_onnx(model)

@@ -187,7 +187,8 @@ def test_a_plan_lost_while_measured_ends_the_run_in_one_line(tmp_path):
     """`run` measures the plan beside onnxruntime's sessions round after round: a part
     lost in a later round (its node gone) fails the run with that part's one line, as a
     failure while verifying does (it ended in a KeyError's traceback)."""
-    from onnxsplit.running.runner import Parts, RunError, run_parts
+    from onnxsplit.running.runner import Parts, RunError
+    from onnxsplit.running.compare import run_parts
 
     lost = "part part1_cpu1 on cpu1 (machine 'm2') was lost: The actor died because its node has died."
 

@@ -33,7 +33,7 @@ from onnxsplit.graph import OpGraph  # noqa: E402
 from onnxsplit.profile import costmodel  # noqa: E402
 from onnxsplit.profile.devices import CPU_EP  # noqa: E402
 from onnxsplit.profile.measure import input_feeds  # noqa: E402
-from onnxsplit.running.runner import baselines, copies_name, default_session_name  # noqa: E402
+from onnxsplit.running.compare import baselines, copies_name, default_session_name  # noqa: E402
 
 
 def gemm_rate(n: int, repeats: int = 10) -> float:

@@ -1,6 +1,6 @@
 """How far apart `onnxsplit run` measures two identical sessions: in turn, or in pairs.
 
-`run` measures a plan beside each of onnxruntime's sessions (``runner.measure_rounds``
+`run` measures a plan beside each of onnxruntime's sessions (``compare.measure_rounds``
 with ``pair_with``); before, every session ran in turn each round and a ratio paired
 measurements up to a round apart.  This loads the whole model twice on ``--ep`` (one
 stands for the plan, the other for onnxruntime's session; any ratio off 1.00 is the
@@ -30,7 +30,8 @@ from onnxsplit.graph import OpGraph  # noqa: E402
 from onnxsplit.profile.devices import CPU_EP  # noqa: E402
 from onnxsplit.profile.measure import input_feeds  # noqa: E402
 from onnxsplit.running import apart  # noqa: E402
-from onnxsplit.running.runner import Parts, build_configuration, measure_rounds, paired_ratios  # noqa: E402
+from onnxsplit.running.runner import Parts, build_configuration  # noqa: E402
+from onnxsplit.running.compare import measure_rounds, paired_ratios  # noqa: E402
 
 
 def main(argv=None) -> int:

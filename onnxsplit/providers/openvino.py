@@ -371,7 +371,7 @@ HINTS = ("LATENCY", "THROUGHPUT")
 
 class Hinted:
     """A whole model compiled with one of OpenVINO's performance hints and run as its
-    documentation shows (a baseline, measured by ``runner.measure_rounds`` like a loaded
+    documentation shows (a baseline, measured by ``compare.measure_rounds`` like a loaded
     plan): one request in a loop for LATENCY; for THROUGHPUT an ``AsyncInferQueue`` of
     the compiled model's optimal number of requests.  Precision is OpenVINO's default
     (bf16 on a CPU with bf16 units: ``precision`` says which)."""

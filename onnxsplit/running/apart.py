@@ -5,7 +5,7 @@ parts loaded twice measured 0.958, 0.993 and 0.976x the second (1.005 and 1.032 
 way round; GPT-2's throughput likewise), and `run` loads the plan first, so the bias of
 about 2-3% fell on onnxsplit.  In processes of their own the configurations share no
 allocator, arena, thread pool or OpenVINO core; the parent still takes the rounds in turn,
-paired in time (:func:`.runner.measure_rounds`), and each measurement runs whole in its
+paired in time (:func:`.compare.measure_rounds`), and each measurement runs whole in its
 child, so no pipe is timed.
 
     held = Apart(("whole", model, "CPUExecutionProvider", {"threads": 0}), feeds)
@@ -29,7 +29,7 @@ CHILD = "onnxsplit.running.apart_child"  # what the child runs (it imports the r
 class Apart:
     """A configuration built in a child process from ``recipe`` (as
     :func:`.runner.build_configuration` takes it), running ``feeds``: what
-    :func:`.runner.measure_rounds` asks of a loaded configuration, answered there.  The
+    :func:`.compare.measure_rounds` asks of a loaded configuration, answered there.  The
     child inherits this process's environment (OpenVINO's precision, the timing scale);
     an error there is a :class:`RunError` here, and Ctrl-C ends it."""
 

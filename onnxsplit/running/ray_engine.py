@@ -510,9 +510,9 @@ def _cpu_shares(specs, have: Mapping[str, float], cpu_threads: int | None) -> li
 
 def run_parts(parts_dir: str | Path, *, address: str | None = None, fallback_cpu: bool = False,
               optimize: bool = False, **options) -> dict[str, Any]:
-    """``onnxsplit run --engine ray``: :func:`onnxsplit.running.runner.run_parts` on the actors,
+    """``onnxsplit run --engine ray``: :func:`onnxsplit.running.compare.run_parts` on the actors,
     beside the threaded runner; where the actors ran, in ``placed``."""
-    from .runner import run_parts as run_loaded
+    from .compare import run_parts as run_loaded
 
     with RayParts(parts_dir, address=address, fallback_cpu=fallback_cpu, optimize=optimize) as parts:
         result = run_loaded(parts_dir, loaded=parts, fallback_cpu=fallback_cpu, optimize=optimize, **options)
