@@ -199,7 +199,7 @@ def measure_loaded(named: Mapping[str, Any], feeds: Mapping[str, Any],
             tries.append((widest_spread(got, pair_with), got))
             if tries[-1][0] <= allowed_spread():
                 break
-        spread, best = min(tries, key=lambda x: x[0])
+        best = min(tries, key=lambda x: x[0])[1]
         if pair_with is not None:  # (ratios of pairs: every try's are as good, all kept)
             best = _pooled_tries([got for _, got in tries])
         for k, v in best.items():
@@ -317,8 +317,13 @@ def take_side_by_side(records: dict[str, dict[str, Any]], got: Mapping[str, Mapp
 def spread_of(got: Mapping[str, Any]) -> float:
     """How far a configuration's rounds spread: their largest throughput over their
     smallest, less one (0 for one round)."""
-    rates = [r for r in (got.get("by_round") or {}).get("throughput_per_s", []) if r > 0]
-    return max(rates) / min(rates) - 1 if len(rates) > 1 else 0.0
+    return _spread((got.get("by_round") or {}).get("throughput_per_s", []))
+
+
+def _spread(values) -> float:
+    """The largest of the positive ``values`` over the smallest, less one (0 for one)."""
+    values = [v for v in values if v > 0]
+    return max(values) / min(values) - 1 if len(values) > 1 else 0.0
 
 
 def allowed_spread() -> float:
@@ -347,11 +352,8 @@ def widest_spread(results: Mapping[str, Mapping[str, Any]], pair_with: str | Non
     if not lead or "error" in lead:
         return max((spread_of(v) for v in results.values() if "error" not in v), default=0.0)
     key = "throughput_per_s"
-    spreads = [0.0]
-    for name, mine in (lead.get("beside") or {}).items():
-        theirs = results[name]["by_round"][key]
-        spreads.append(spread_of({"by_round": {key: [y / x for x, y in zip(mine[key], theirs) if x > 0]}}))
-    return max(spreads)
+    return max((_spread([y / x for x, y in zip(mine[key], results[name]["by_round"][key]) if x > 0])
+                for name, mine in (lead.get("beside") or {}).items()), default=0.0)
 
 
 def runner_costs() -> dict[str, Any]:
