@@ -7,6 +7,9 @@ with its own max-load model; it never imports onnxsplit.solve.
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
@@ -71,3 +74,53 @@ def test_says_nothing_without_cpus_or_accelerators():
     assert _bound(Workload.from_paper_json(data), 30.0) is None
     data = workload([node(i, cpu=12, acc=10) for i in range(3)], [edge(0, 1, 3), edge(1, 2, 3)], k=0, l=1)
     assert _bound(Workload.from_paper_json(data), 36.0) is None
+
+
+def _least_boundary_by_enumeration(data: dict, least: float, most: float) -> float:
+    """The least boundary of a set of whole colour classes that an accelerator could hold
+    (every node supported, memory) with accelerator work in [least, most], by trying every
+    set: a tensor (its source's output) is paid when the set holds some but not all of its
+    source and consumers."""
+    nodes = {nd["id"]: nd for nd in data["nodes"]}
+    label = {v: nd.get("colorClass", ("alone", v)) for v, nd in nodes.items()}
+    labels = sorted(set(label.values()), key=str)
+    readers: dict = {}
+    for e in data["edges"]:
+        readers.setdefault(e["sourceId"], (e["cost"], set()))[1].add(e["destId"])
+    best = float("inf")
+    for chosen in itertools.product((False, True), repeat=len(labels)):
+        held = {c for c, x in zip(labels, chosen) if x}
+        inside = [v for v in nodes if label[v] in held]
+        work = sum(nodes[v]["fpgaLatency"] for v in inside)
+        if not inside or not least <= work <= most or not all(nodes[v]["supportedOnFpga"] for v in inside):
+            continue
+        if sum(nodes[v].get("size", 0.0) for v in inside) > data["maxSizePerFPGA"]:
+            continue
+        paid = 0.0
+        for u, (cost, dests) in readers.items():
+            touched = {label[u]} | {label[d] for d in dests}
+            if len(touched) > 1 and touched & held and touched - held:
+                paid += cost
+        best = min(best, paid)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_pinned_cases_make_the_least_boundary(seed):
+    """c*, the least of three pinned MIPs (neither pin, the first, the second and not the
+    first), is the least boundary of any set of work in the window, by enumeration; c',
+    the first of them, is never below it (36 of the 40 windows hold a set, 26 at a
+    boundary above 0)."""
+    data = bf.random_workload(seed, training=seed % 2 == 1, n_range=(4, 8), k_range=(2, 3), l_range=(1, 1))
+    w = Workload.from_paper_json(data)
+    cl = classes.build_classes(w)
+    work = np.where(cl.supported, cl.acc_fwd + cl.acc_bwd, 0.0)
+    W = float(work.sum())
+    least, most = 0.25 * W, 0.75 * W
+    expected = _least_boundary_by_enumeration(data, least, most)
+    got = bound_offload._least_boundaries(cl.hyper_arrays(), work, np.asarray(cl.supported, dtype=bool),
+                                         np.asarray(cl.size, dtype=np.float64), w.accelerator_memory,
+                                         least, most, w.num_accelerators, lambda case: 30.0, None)
+    assert got is not None
+    assert got[0] == pytest.approx(expected, abs=1e-6)
+    assert got[1] >= got[0]

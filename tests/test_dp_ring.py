@@ -12,19 +12,19 @@ from onnxsplit import api
 from onnxsplit.solve import evaluate
 from onnxsplit.solve.throughput import dp_ring
 from onnxsplit.solve.classes import build_classes
-from onnxsplit.solve.orders import spectral_rank
+from onnxsplit.solve.orders import spectral_rank, spectral_ranks
 from onnxsplit.workload import Workload
 from workloads import edge, node, workload
 
 
 def _every_ring_split(w: Workload):
     """Max load of the best ring split, by enumeration: accelerator 0 holds a prefix and a
-    suffix of one of the classes' orders (the topological, the spectral), the middle is cut
+    suffix of one of the classes' orders (the topological, the two spectral), the middle is cut
     into segments each on its own device (the other accelerators, the CPU cores), scored by
     the evaluator."""
     cl = build_classes(w)
-    ranks = [dp_ring._late_source_rank(w, cl), spectral_rank(cl.n, *cl.hyper_arrays())]
-    return min(_every_ring_split_of(w, cl, np.argsort(rank)) for rank in ranks if rank is not None)
+    ranks = [dp_ring._late_source_rank(w, cl), *spectral_ranks(cl.n, *cl.hyper_arrays()).values()]
+    return min(_every_ring_split_of(w, cl, np.argsort(rank)) for rank in ranks)
 
 
 def _every_ring_split_of(w: Workload, cl, order: np.ndarray) -> float:
@@ -101,3 +101,50 @@ def test_the_spectral_order_keeps_a_shuffled_chain_in_its_order():
     assert sorted(along) == list(range(n))
     assert list(along) in (list(range(n)), list(range(n))[::-1])
     assert spectral_rank(1, np.array([0]), np.array([0, 1]), np.array([0]), np.array([1.0])) is None
+
+
+def _ring_with_leaves(rng, n: int):
+    """Classes numbered at random round a ring of tensors of 1, each with a leaf class hung
+    on it by a tensor of 1e-7 (a shape, a scalar): (ring position -> class, the arrays of
+    ``Classes.hyper_arrays``)."""
+    label = rng.permutation(2 * n)  # ring position -> class; n + position -> its leaf
+    source, members, weight = [], [], []
+    for i in range(n):
+        source.append(label[i]), members.append([label[i], label[(i + 1) % n]]), weight.append(1.0)
+        source.append(label[i]), members.append([label[i], label[n + i]]), weight.append(1e-7)
+    ptr = np.concatenate([[0], np.cumsum([len(m) for m in members])])
+    return label, (np.array(source), ptr, np.concatenate(members), np.array(weight))
+
+
+def test_the_angular_order_goes_round_a_ring_the_line_folds_it():
+    """Round a ring, the angular order is the ring (from some class on, either way), its
+    leaves wherever they fall; the spectral line lays it folded, so no rotation of the
+    ring is a run of it.  Leaves on tensors of 1e-7 do not move either: on the plain
+    Laplacian they had eigenvalues of their own below the ring's."""
+    n = 24
+    label, arrays = _ring_with_leaves(np.random.default_rng(1), n)
+    ranks = spectral_ranks(2 * n, *arrays)
+    along = ranks["angular"][label[:n]]  # the ring's classes, in ring order
+    steps = np.diff(np.argsort(np.argsort(along)))  # their order among themselves
+    steps = np.concatenate([steps, [np.argsort(np.argsort(along))[0] - np.argsort(np.argsort(along))[-1]]]) % n
+    assert set(steps.tolist()) in ({1}, {n - 1})
+    line = np.argsort(np.argsort(ranks["spectral"][label[:n]]))
+    line_steps = set((np.diff(np.concatenate([line, line[:1]])) % n).tolist())
+    assert line_steps not in ({1}, {n - 1})
+
+
+def test_ring_split_of_two_branches_pays_two_cuts_a_device():
+    """Two branches of 5 layers from A that join at Z: a ring of 12 classes of 10 each, a
+    tensor of 1 between neighbours.  Every topological order either interleaves the
+    branches or runs one after the other (B5 beside C1); the spectral line folds the ring.
+    Around the ring, on 3 accelerators, the best split is 3 arcs of 4 layers each paying
+    its two neighbours: 42."""
+    a, z, b, c = 0, 11, [1, 2, 3, 4, 5], [6, 7, 8, 9, 10]
+    nodes = [node(i, cpu=1000, acc=10) for i in range(12)]
+    edges = [edge(a, b[0], 1.0), edge(a, c[0], 1.0), edge(b[-1], z, 1.0), edge(c[-1], z, 1.0)]
+    edges += [edge(x, y, 1.0) for chain in (b, c) for x, y in zip(chain, chain[1:])]
+    w = Workload.from_paper_json(workload(nodes, edges, k=3, l=0))
+    plan = dp_ring.ring_split(w)
+    assert evaluate.check(w, plan.assignment) == []
+    assert plan.value == pytest.approx(42.0, rel=1e-12)
+    assert bf.max_load(workload(nodes, edges, k=3, l=0), plan.assignment) == pytest.approx(42.0, rel=1e-12)

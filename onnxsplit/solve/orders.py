@@ -97,40 +97,80 @@ def sources_late(order: list[int], succ, indegree: np.ndarray) -> list[int]:
     return out + before.get(len(order), [])
 
 
-SPECTRAL_MOST = 1500  # classes, at most, for the spectral order (a dense eigensolve: 0.5 s at 1500)
+SPECTRAL_MOST = 1500  # classes, at most, for the spectral orders (a dense eigensolve: 0.5 s at 1500)
+
+
+def spectral_ranks(n: int, source: np.ndarray, ptr: np.ndarray, members: np.ndarray,
+                   weight: np.ndarray) -> dict[str, np.ndarray]:
+    """Two orders of the classes from one eigensolve of the class graph (each tensor a
+    clique of the classes it touches, weighted by its transfer time shared among them; the
+    arrays of :meth:`..classes.Classes.hyper_arrays`, whose members hold the source), each
+    as class -> place: ``"spectral"`` along the Fiedler vector, a line, and ``"angular"``
+    around the circle of the next two vectors, a ring.  Empty beyond SPECTRAL_MOST classes,
+    without two, or where the eigensolver fails.
+
+    Sorting by the Fiedler vector minimises, relaxed, the weighted sum of squared distances
+    in the order, so a segment of it is a set with few and light tensors across its
+    boundary.  A topological order of a training graph is no such thing: the classes hold
+    a forward operator and its gradients, and the order puts the weights, the optimizer and
+    the gradient-only classes far from the layer they belong to (op-level BERT-24 training,
+    6 accelerators: a ring split of the topological order 1866, of the spectral order
+    687.7).  Tied weights close a chain of layers into a ring, whose Fiedler pair is
+    (cos, sin) of the place around it: along one vector the ring lies folded, layer i
+    beside layer L - i, so a segment holds two stretches and pays four cuts; the angle
+    of the two gives the ring itself, whose arcs pay two (:func:`_embedding`).  On a chain
+    the angle runs round the curve of the two vectors, in the chain's order."""
+    if n < 2 or n > SPECTRAL_MOST:
+        return {}
+    vectors = _embedding(n, ptr, members, weight)
+    if vectors is None:
+        return {}
+    keys = {"spectral": vectors[:, 1]}
+    if n > 2:
+        keys["angular"] = np.arctan2(vectors[:, 2], vectors[:, 1])
+    out = {}
+    for name, key in keys.items():
+        rank = np.empty(n, dtype=np.int64)
+        rank[np.argsort(key, kind="stable")] = np.arange(n)
+        out[name] = rank
+    return out
 
 
 def spectral_rank(n: int, source: np.ndarray, ptr: np.ndarray, members: np.ndarray,
                   weight: np.ndarray) -> np.ndarray | None:
-    """class -> its place along the Fiedler vector of the class graph (each tensor a
-    clique of the classes it touches, weighted by its transfer time shared among them;
-    the arrays of :meth:`..classes.Classes.hyper_arrays`, whose members hold the source);
-    None beyond SPECTRAL_MOST classes, without two, or where the eigensolver fails.
-    Sorting by the Fiedler vector minimises, relaxed, the weighted sum of squared
-    distances in the order, so a segment of it is a set with few and light tensors across
-    its boundary.  A topological order of a training graph is no such thing: the classes
-    hold a forward operator and its gradients, and the order puts the weights, the
-    optimizer and the gradient-only classes far from the layer they belong to (op-level
-    BERT-24 training, 6 accelerators: a ring split of the topological order 1866, of the
-    spectral order 687.7)."""
-    if n < 2 or n > SPECTRAL_MOST:
-        return None
-    laplacian = np.zeros((n, n))  # the adjacency first, negated into the Laplacian in place
+    """class -> its place along the Fiedler vector (:func:`spectral_ranks`' line), None
+    where there is none."""
+    return spectral_ranks(n, source, ptr, members, weight).get("spectral")
+
+
+def _embedding(n: int, ptr: np.ndarray, members: np.ndarray, weight: np.ndarray) -> np.ndarray | None:
+    """The eigenvectors of the class graph's normalised Laplacian I - D^-1/2 A D^-1/2,
+    scaled back by D^-1/2 (the random walk's: Shi and Malik's normalised cut), smallest
+    eigenvalue first; None where the eigensolver fails.  Not the plain Laplacian D - A: a
+    class hung on a tensor of 1e-7 (a shape, a scalar) makes a near-zero eigenvalue of its
+    own there, and the first vectors then say where the light classes are instead of how
+    the graph runs (op-level BERT-24 training: the Fiedler vector's layer means all 0.001,
+    against a clean cosine over the layers here).  A class with no tensor gets a degree
+    of a billionth of the mean, so the scaling stays finite."""
+    adjacency = np.zeros((n, n))
     for h in range(len(weight)):
         touched = members[ptr[h]:ptr[h + 1]]
         if len(touched) > 1:
-            laplacian[np.ix_(touched, touched)] += weight[h] / (len(touched) - 1)
-    np.fill_diagonal(laplacian, 0.0)
-    degree = laplacian.sum(axis=1)
-    np.subtract(0.0, laplacian, out=laplacian)  # 0 - x, not -x: a -0.0 moved eigh's vectors (BERT-12)
-    laplacian[np.diag_indices(n)] = degree
+            adjacency[np.ix_(touched, touched)] += weight[h] / (len(touched) - 1)
+    np.fill_diagonal(adjacency, 0.0)
+    degree = adjacency.sum(axis=1)
+    if not degree.any():
+        return None
+    scale = 1.0 / np.sqrt(degree + 1e-9 * degree.mean())
+    adjacency *= scale[:, None]
+    adjacency *= scale[None, :]
+    np.subtract(0.0, adjacency, out=adjacency)  # 0 - x, not -x: a -0.0 moved eigh's vectors (BERT-12)
+    adjacency[np.diag_indices(n)] += 1.0
     try:
-        _, vectors = np.linalg.eigh(laplacian)
+        _, vectors = np.linalg.eigh(adjacency)
     except np.linalg.LinAlgError:  # no convergence: the topological orders serve alone
         return None
-    if not np.isfinite(vectors[:, 1]).all():
+    vectors *= scale[:, None]
+    if not np.isfinite(vectors[:, :3]).all():
         return None
-    order = np.argsort(vectors[:, 1], kind="stable")
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n)
-    return rank
+    return vectors

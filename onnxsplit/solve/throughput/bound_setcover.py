@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit
 
 from ...workload import csr
-from ..orders import spectral_rank
+from ..orders import spectral_ranks
 
 # known sets (the best-priced) that local search starts from, each round: the sets the MIP
 # found lay 70-140 classes from the 8 best-priced but 2-30 from some lower-ranked one
@@ -166,7 +166,7 @@ class _Sets:
             for g in self.h_members[self.h_ptr[h]:self.h_ptr[h + 1]]:
                 per_class[g].append(h)
         self.c_ptr, self.c_hyper = csr(per_class)  # class -> its tensors
-        self.spectral = spectral_rank(self.n, self.h_source, self.h_ptr, self.h_members, self.weight)
+        self.spectral = spectral_ranks(self.n, self.h_source, self.h_ptr, self.h_members, self.weight)
 
     def load(self, members) -> float:
         inside = np.zeros(self.n, dtype=np.bool_)
@@ -185,9 +185,7 @@ def _initial_sets(sets: _Sets, k: int, T: float, plan_devices):
     began at 20.5 accelerators with the first alone and at 8.0 with both, 6.5 after 120
     s against 7.8), and the known plan's accelerator sets that fit."""
     out = [np.array([g]) for g in range(sets.n) if sets.fits([g], T)]
-    orders = [np.arange(sets.n)]
-    if sets.spectral is not None:
-        orders.append(np.argsort(sets.spectral))
+    orders = [np.arange(sets.n)] + [np.argsort(rank) for rank in sets.spectral.values()]
     for order in orders:
         end = 0
         for start in range(sets.n):

@@ -1,7 +1,8 @@
 """``dp_ring``: max-load splits of one order of the colour classes bent into a ring.
 
-Two orders are cut, the better kept: a topological one, and the classes' spectral order
-(:func:`..orders.spectral_rank`), which keeps a training graph's layers whole.  A segment
+Three orders are cut, the best kept: a topological one, and the classes' two spectral
+orders (:func:`..orders.spectral_ranks`), which keep a training graph's layers whole: along
+a line, and around a ring.  A segment
 split of one order serves tied weights badly: op-level BERT's embedding class
 (table, Gather, Transpose) is used first and last, so the first device sends the
 transposed table to the last.  A ring split gives one accelerator a prefix *and* a
@@ -25,7 +26,7 @@ from ...plan import Plan
 from ...workload import Workload
 from ..classes import build_classes
 from ..finish import finish
-from ..orders import sources_late, spectral_rank
+from ..orders import sources_late, spectral_ranks
 
 STARTS = 48  # candidate starts of the middle, at most (the first few, then evenly spread)
 MOST_CLASSES = 2500  # beyond, no ring split: its table of segment boundaries grows as the square
@@ -45,9 +46,8 @@ def ring_split(w: Workload) -> Plan | None:
     memory = float(w.accelerator_memory) * (1 + 1e-12)
     starts = np.unique(np.concatenate([np.arange(min(n, 8)), np.linspace(0, n, STARTS - 8).astype(np.int64)]))
     best = None
-    for name, rank in (("topological", _late_source_rank(w, cl)), ("spectral", spectral_rank(n, *cl.hyper_arrays()))):
-        if rank is None:
-            continue
+    ranks = {"topological": _late_source_rank(w, cl), **spectral_ranks(n, *cl.hyper_arrays())}
+    for name, rank in ranks.items():
         ordered = _reordered(cl, rank)
         _, ptr, members, weight = ordered.hyper_arrays()
         # running totals over the order: a segment's compute, CPU time, memory and unsupported
