@@ -181,9 +181,10 @@ class _Sets:
 
 def _initial_sets(sets: _Sets, k: int, T: float, plan_devices):
     """Every class alone, every longest run of consecutive classes that fits (in the
-    topological order and in the spectral order: op-level BERT-24 training at 650, the LP
-    began at 20.5 accelerators with the first alone and at 8.0 with both, 6.5 after 120
-    s against 7.8), and the known plan's accelerator sets that fit."""
+    topological order and in the spectral line and ring, :func:`..orders.spectral_ranks`:
+    op-level BERT-24 training at 650, the LP began at 20.5 accelerators with the first
+    alone and at 8.0 with the plain Laplacian's line too, 6.5 after 120 s against 7.8),
+    and the known plan's accelerator sets that fit."""
     out = [np.array([g]) for g in range(sets.n) if sets.fits([g], T)]
     orders = [np.arange(sets.n)] + [np.argsort(rank) for rank in sets.spectral.values()]
     for order in orders:
