@@ -12,7 +12,7 @@ from onnxsplit import api
 from onnxsplit.solve import evaluate
 from onnxsplit.solve.throughput import dp_ring
 from onnxsplit.solve.classes import build_classes
-from onnxsplit.solve.orders import spectral_rank, spectral_ranks
+from onnxsplit.solve.orders import spectral_ranks
 from onnxsplit.workload import Workload
 from workloads import edge, node, workload
 
@@ -96,11 +96,11 @@ def test_the_spectral_order_keeps_a_shuffled_chain_in_its_order():
     for i in range(0, n - 10, 7):
         source.append(label[i]), members.append([label[i], label[i + 10]]), weight.append(0.01)
     ptr = np.concatenate([[0], np.cumsum([len(m) for m in members])])
-    rank = spectral_rank(n, np.array(source), ptr, np.concatenate(members), np.array(weight))
+    rank = spectral_ranks(n, np.array(source), ptr, np.concatenate(members), np.array(weight))["spectral"]
     along = rank[label]
     assert sorted(along) == list(range(n))
     assert list(along) in (list(range(n)), list(range(n))[::-1])
-    assert spectral_rank(1, np.array([0]), np.array([0, 1]), np.array([0]), np.array([1.0])) is None
+    assert spectral_ranks(1, np.array([0]), np.array([0, 1]), np.array([0]), np.array([1.0])) == {}
 
 
 def _ring_with_leaves(rng, n: int):

@@ -114,8 +114,8 @@ def spectral_ranks(n: int, source: np.ndarray, ptr: np.ndarray, members: np.ndar
     boundary.  A topological order of a training graph is no such thing: the classes hold
     a forward operator and its gradients, and the order puts the weights, the optimizer and
     the gradient-only classes far from the layer they belong to (op-level BERT-24 training,
-    6 accelerators: a ring split of the topological order 1866, of the spectral order
-    687.7).  Tied weights close a chain of layers into a ring, whose Fiedler pair is
+    6 accelerators: a ring split of the topological order 1866, of the plain Laplacian's
+    line 687.7, of this line 679.6).  Tied weights close a chain of layers into a ring, whose Fiedler pair is
     (cos, sin) of the place around it: along one vector the ring lies folded, layer i
     beside layer L - i, so a segment holds two stretches and pays four cuts; the angle
     of the two gives the ring itself, whose arcs pay two (:func:`_embedding`).  On a chain
@@ -134,13 +134,6 @@ def spectral_ranks(n: int, source: np.ndarray, ptr: np.ndarray, members: np.ndar
         rank[np.argsort(key, kind="stable")] = np.arange(n)
         out[name] = rank
     return out
-
-
-def spectral_rank(n: int, source: np.ndarray, ptr: np.ndarray, members: np.ndarray,
-                  weight: np.ndarray) -> np.ndarray | None:
-    """class -> its place along the Fiedler vector (:func:`spectral_ranks`' line), None
-    where there is none."""
-    return spectral_ranks(n, source, ptr, members, weight).get("spectral")
 
 
 def _embedding(n: int, ptr: np.ndarray, members: np.ndarray, weight: np.ndarray) -> np.ndarray | None:
