@@ -5,8 +5,10 @@ supported classes, within memory, work plus the set's own transfers at most T) a
 most l CPU sets.  The LP covering every class with fractions of such sets is below every
 plan's count of accelerators, so dual prices under which no accelerator set is worth
 enough prove, by weak duality, that more than k are needed.  Columns are generated:
-local search, then a MIP, look for a set that would lower the LP.  Covering rather than
-partitioning keeps the prices settled.
+local search, then an exact DP along an order of narrow frontier (:mod:`.pricing_dp`, at
+most a third of the time while local search still finds sets), then a MIP where the DP
+cannot run, look for a set that would lower the LP.  Covering rather than partitioning
+keeps the prices settled.
 
 Write-up: docs/throughput.md (The set-covering certificate, in detail).
 """
@@ -22,6 +24,7 @@ from numba import njit
 
 from ...workload import csr
 from ..orders import spectral_ranks
+from . import pricing_dp
 
 # known sets (the best-priced) that local search starts from, each round: the sets the MIP
 # found lay 70-140 classes from the 8 best-priced but 2-30 from some lower-ranked one
@@ -34,6 +37,7 @@ PURGE_ABOVE = 0.05  # a set is removed when its reduced cost is above this (and 
 MARGIN = 1e-6  # relative: the MIP's threshold is lowered by this much, covering its tolerances
 RETRY_SPAN = 0.002  # relative: lower loads are tried until the refuted and the proven one are this close
 KNAPSACK_S = 2.0  # seconds, at most, for the exact CPU set (its bound is kept where it stops)
+FRONTIER_SPACING = 2.0  # after the exact pricing took d seconds, local search alone for 2d (a third of the time to it)
 PROVEN, EXHAUSTED, STOPPED = "proven", "exhausted", "stopped"  # how a search ends
 
 
@@ -58,9 +62,10 @@ def _search(sets: "_Sets", k: int, l: int, T: float, plan_devices: np.ndarray | 
     T = T * (1 + 1e-9) + 1e-12  # a plan scoring T, summed in another order, may read a hair above it
     master = _Master(sets.n, k, l)
     pricing = _Pricing(sets, T, stop)
+    frontier = sets.frontier()
     for S in _initial_sets(sets, k, T, plan_devices):
         master.add(S, on_cpu=False)
-    rounds = 0
+    rounds, frontier_due = 0, 0.0
     while time.perf_counter() < deadline and not stop.is_set():
         rounds += 1
         value, pi, tau = master.solve()
@@ -71,30 +76,49 @@ def _search(sets: "_Sets", k: int, l: int, T: float, plan_devices: np.ndarray | 
         cpu_added = cpu_value + tau > MARGIN and not master.has(cpu_set, on_cpu=True)
         if cpu_added:
             master.add(cpu_set, on_cpu=True)
-        if not found:
-            if l:  # the greedy's fractional bound can sit far above the best CPU set: the threshold falls with it
-                cpu_set, cpu_value, mu = _cpu_best(sets.cpu, pi, T, deadline - time.perf_counter(), stop)
-                if cpu_value + tau > MARGIN and not master.has(cpu_set, on_cpu=True):
-                    master.add(cpu_set, on_cpu=True)
+        checked = frontier is not None and (not found or time.perf_counter() >= frontier_due)
+        if not checked and found:
+            _add(master, found, rounds, pi, tau)
+            continue
+        if l:  # the greedy's fractional bound can sit far above the best CPU set: the threshold falls with it
+            cpu_set, cpu_value, mu = _cpu_best(sets.cpu, pi, T, deadline - time.perf_counter(), stop)
+            if cpu_value + tau > MARGIN and not master.has(cpu_set, on_cpu=True):
+                master.add(cpu_set, on_cpu=True)
+                if not found:
                     continue
-            threshold = (pi.sum() - l * mu) / k
-            certifies = threshold > 1 + 2 * MARGIN
-            rhs = threshold * (1 - MARGIN) if certifies else 1 + 10 * MARGIN
+        threshold = (pi.sum() - l * mu) / k
+        certifies = threshold > 1 + 2 * MARGIN
+        rhs = threshold * (1 - MARGIN) if certifies else 1 + 10 * MARGIN
+        none = False
+        if checked:
+            started = time.perf_counter()
+            outcome, better = frontier.find(pi, T, rhs, deadline - started, stop)
+            frontier_due = time.perf_counter() + FRONTIER_SPACING * (time.perf_counter() - started)
+            if outcome == pricing_dp.NONE:
+                if certifies:
+                    return PROVEN
+                none = True
+            found = found + [S for S in better if pi[S].sum() > 1 + MARGIN and not master.has(S)
+                             and not any(np.array_equal(S, F) for F in found)]
+        if not found and not none:
             S, none = pricing.find(pi, rhs, deadline - time.perf_counter())
             if none and certifies:
                 return PROVEN
-            if S is not None and (pi[S].sum() <= 1 + MARGIN or master.has(S)):
-                S = None  # within the solvers' tolerances of a set the LP has priced
-            if S is None:
-                if none and cpu_added:
-                    continue
-                return EXHAUSTED if none else STOPPED  # the LP converged without a certificate, or out of time
-            found = [S]
-        for S in found:
-            master.add(S, on_cpu=False)
-        if rounds % PURGE_EVERY == 0:
-            master.purge(pi, tau)
+            if S is not None and pi[S].sum() > 1 + MARGIN and not master.has(S):
+                found = [S]  # (not within the solvers' tolerances of a set the LP has priced)
+        if not found:
+            if none and cpu_added:
+                continue
+            return EXHAUSTED if none else STOPPED  # the LP converged without a certificate, or out of time
+        _add(master, found, rounds, pi, tau)
     return STOPPED
+
+
+def _add(master: "_Master", found: list[np.ndarray], rounds: int, pi: np.ndarray, tau: float) -> None:
+    for S in found:
+        master.add(S, on_cpu=False)
+    if rounds % PURGE_EVERY == 0:
+        master.purge(pi, tau)
 
 
 class Background:
@@ -167,6 +191,13 @@ class _Sets:
                 per_class[g].append(h)
         self.c_ptr, self.c_hyper = csr(per_class)  # class -> its tensors
         self.spectral = spectral_ranks(self.n, self.h_source, self.h_ptr, self.h_members, self.weight)
+        self._frontier: pricing_dp.FrontierPricing | None = None
+
+    def frontier(self) -> "pricing_dp.FrontierPricing | None":
+        """The exact pricing DP (built once, the same at every load), None beyond its size."""
+        if self._frontier is None and self.n <= pricing_dp.CLASSES_MOST:
+            self._frontier = pricing_dp.FrontierPricing(self)
+        return self._frontier
 
     def load(self, members) -> float:
         inside = np.zeros(self.n, dtype=np.bool_)
