@@ -101,20 +101,25 @@ def _search(sets: "_Sets", k: int, l: int, T: float, plan_devices: np.ndarray | 
                 if certifies:
                     return PROVEN
                 none = True
-            found = found + [S for S in better if pi[S].sum() > 1 + MARGIN and not master.has(S)
-                             and not any(np.array_equal(S, F) for F in found)]
+            found = found + [S for S in better if _fresh(S, pi, master, found)]
         if not found and not none:
             S, none = pricing.find(pi, rhs, deadline - time.perf_counter())
             if none and certifies:
                 return PROVEN
-            if S is not None and pi[S].sum() > 1 + MARGIN and not master.has(S):
-                found = [S]  # (not within the solvers' tolerances of a set the LP has priced)
+            if S is not None and _fresh(S, pi, master, found):
+                found = [S]
         if not found:
             if none and cpu_added:
                 continue
             return EXHAUSTED if none else STOPPED  # the LP converged without a certificate, or out of time
         _add(master, found, rounds, pi, tau)
     return STOPPED
+
+
+def _fresh(S: np.ndarray, pi: np.ndarray, master: "_Master", found: list[np.ndarray]) -> bool:
+    """Whether the set would lower the LP -- worth more than 1 beyond the solvers'
+    tolerances, not a column already, nor among the sets ``found`` this round."""
+    return pi[S].sum() > 1 + MARGIN and not master.has(S) and not any(np.array_equal(S, F) for F in found)
 
 
 def _add(master: "_Master", found: list[np.ndarray], rounds: int, pi: np.ndarray, tau: float) -> None:
@@ -251,7 +256,7 @@ def _improving_sets(sets: _Sets, master: "_Master", pi: np.ndarray, T: float) ->
         _local_search(inside, pi, priced, T, sets.memory, sets.size, sets.work, sets.c_ptr,
                       sets.c_hyper, sets.h_ptr, sets.h_members, sets.weight, MOVES)
         S = np.flatnonzero(inside)
-        if pi[S].sum() > 1 + MARGIN and not master.has(S) and not any(np.array_equal(S, F) for F in found):
+        if _fresh(S, pi, master, found):
             found.append(S)
     return found
 

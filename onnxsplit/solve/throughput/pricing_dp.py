@@ -42,6 +42,8 @@ class FrontierPricing:
         orders = [np.arange(sets.n)] + [np.argsort(rank) for rank in sets.spectral.values()]
         built = [_events(sets, order) for order in orders]
         self.order, self.events, self.width = min(built, key=lambda b: b[2])
+        # the frontier states after each position: the same at every price and load
+        self.states_ptr, self.states, self.bounded = _reachable(self.order, sets.supported, *self.events, CODES_MOST)
 
     def find(self, pi: np.ndarray, T: float, threshold: float, seconds: float, stop: threading.Event,
              many: int = 20):
@@ -53,8 +55,8 @@ class FrontierPricing:
         sup, work = sets.supported, sets.work
         ptrs, cw, cv = _suffix_knapsack(order, sup, work, pi)
         lams = np.array([s * threshold / T for s in LAM_SCALES], dtype=np.float64)
-        hptr, hflat, ok = _reachable(order, sup, *self.events, CODES_MOST)
-        if ok:
+        hptr, hflat = self.states_ptr, self.states
+        if self.bounded:
             H = _completion(order, sup, work, pi, lams, hptr, hflat, *self.events)
         else:
             lams, H = lams[:0], np.zeros((0, 0))
