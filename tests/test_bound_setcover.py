@@ -130,20 +130,50 @@ def test_a_stopped_search_claims_nothing():
 def test_lower_loads_stay_below_every_load_found_hopeless(monkeypatch):
     """The retries bisect between the highest load proven impossible and the lowest where
     no certificate can come: against an oracle that proves below 22 and gives up at 22 or
-    above, no load is tried at or above one it gave up at, and the search ends within
-    RETRY_SPAN of 22."""
-    tried: list[float] = []
+    above, no load is tried on one LP at or above one it gave up at, and the search ends
+    within RETRY_SPAN of 22.  The middle classes of a chain of eight alike are copies, so
+    their prices are tied first; the free LP then starts from the target again."""
+    tried: dict[object, list[float]] = {}  # by LP (each kept alive here)
 
-    def oracle(sets, k, l, T, plan_devices, seconds, stop):
+    def oracle(sets, master, k, l, T, plan_devices, seconds, stop):
+        tried.setdefault(master, []).append(T)
+        return bound_setcover.PROVEN if T < 22.0 else bound_setcover.EXHAUSTED
+
+    monkeypatch.setattr(bound_setcover, "_search", oracle)
+    nodes = [node(i, cpu=100, acc=10, size=1) for i in range(8)]
+    w = Workload.from_paper_json(workload(nodes, [edge(i, i + 1, 3.0) for i in range(7)], k=2, l=0, mem=100))
+    bound = bound_setcover.Background(classes.build_classes(w), 2, 0, w.accelerator_memory, 30.0, 10.0, None, 30).finish()
+    tied, free = tried.values()
+    assert tied[0] == free[0] == 30.0 and len(tied) > 3
+    assert min(free) > max(T for T in tied if T < 22.0)  # the free LP starts above what the tied one proved
+    for loads in (tied, free):
+        for i, T in enumerate(loads):
+            assert all(T < earlier for earlier in loads[:i] if earlier >= 22.0), loads
+    assert 22.0 / (1 + bound_setcover.RETRY_SPAN) <= bound < 22.0
+
+
+def test_a_better_plan_found_meanwhile_is_sought_next(monkeypatch):
+    """The IP lowers the target when it finds a better plan (Background.aim): against the
+    oracle above, the lowered target is the very next load tried after the first refusal,
+    and the search still ends within RETRY_SPAN of 22."""
+    tried: list[float] = []
+    ready, box = threading.Event(), {}
+
+    def oracle(sets, master, k, l, T, plan_devices, seconds, stop):
+        assert ready.wait(10)
+        if not tried:
+            box["search"].aim(21.0)
+            box["search"].aim(25.0)  # (a higher one changes nothing)
         tried.append(T)
         return bound_setcover.PROVEN if T < 22.0 else bound_setcover.EXHAUSTED
 
     monkeypatch.setattr(bound_setcover, "_search", oracle)
     w = _chain_of_three(cost=3.0)
-    bound = bound_setcover.Background(classes.build_classes(w), 2, 0, w.accelerator_memory, 30.0, 10.0, None, 30).finish()
-    assert tried[0] == 30.0 and len(tried) > 3
-    for i, T in enumerate(tried):
-        assert all(T < earlier for earlier in tried[:i] if earlier >= 22.0), tried
+    box["search"] = search = bound_setcover.Background(classes.build_classes(w), 2, 0, w.accelerator_memory, 30.0,
+                                                       10.0, None, 30)
+    ready.set()
+    bound = search.finish()
+    assert tried[:2] == [30.0, 21.0], tried
     assert 22.0 / (1 + bound_setcover.RETRY_SPAN) <= bound < 22.0
 
 

@@ -44,3 +44,20 @@ def test_never_worse_and_always_valid(seed):
     assert after >= best * (1 - 1e-9)
     if any(w.supported) and best < before * (1 - 1e-6):
         assert after < before  # something movable to an accelerator helps, and is found
+
+
+def test_three_devices_pass_work_on_where_no_pair_can():
+    """acc0 holds a1, a2 (5 each on an accelerator, 100 on the CPU), acc1 holds b (9, or 1
+    on the CPU), the CPU nothing: no pair lowers the max of 10 (acc0 with acc1: 10 or 14;
+    acc0 with the CPU: 100), but the three together do -- b to the CPU, a2 to acc1: 5."""
+    data = {"maxSizePerFPGA": 100, "maxFPGAs": 2, "maxCPUs": 1, "edges": [], "nodes": [
+        {"id": 0, "supportedOnFpga": 1, "cpuLatency": 100, "fpgaLatency": 5, "isBackwardNode": 0, "size": 1},
+        {"id": 1, "supportedOnFpga": 1, "cpuLatency": 100, "fpgaLatency": 5, "isBackwardNode": 0, "size": 1},
+        {"id": 2, "supportedOnFpga": 1, "cpuLatency": 1, "fpgaLatency": 9, "isBackwardNode": 0, "size": 1}]}
+    w = Workload.from_paper_json(data)
+    cl = classes.build_classes(w)
+    start = {0: "acc0", 1: "acc0", 2: "acc1"}
+    assert evaluate.max_load(w, improve_pairs.improve(w, cl, start, seconds=30)).value == pytest.approx(10.0)
+    plan = improve_pairs.improve(w, cl, start, seconds=30, group=3)
+    assert evaluate.check(w, plan) == []
+    assert evaluate.max_load(w, plan).value == pytest.approx(5.0) == bf.max_load(data, plan) == _brute(data)

@@ -10,6 +10,11 @@ every few rounds while local search still finds sets), then a MIP where the DP c
 run, look for a set that would lower the LP.  Covering rather than partitioning
 keeps the prices settled.
 
+Any prices at all make a certificate where no set is worth the threshold, so where the
+graph repeats a block the LP first ties the prices of each class's copies
+(:mod:`..block_shift`): a row per chain of copies, a few dozen rounds where the full LP
+takes hundreds.  The full LP follows only where the tied one cannot certify.
+
 Write-up: docs/throughput.md (The set-covering certificate, in detail).
 """
 
@@ -23,6 +28,7 @@ import numpy as np
 from numba import njit
 
 from ...workload import csr
+from ..block_shift import block_shift, chains
 from ..orders import spectral_ranks
 from . import pricing_dp
 
@@ -35,7 +41,13 @@ MOVES = 500  # local search steps per seed, at most
 PURGE_EVERY = 50  # rounds between removals of sets that lost their price
 PURGE_ABOVE = 0.05  # a set is removed when its reduced cost is above this (and it is not basic)
 MARGIN = 1e-6  # relative: the MIP's threshold is lowered by this much, covering its tolerances
-RETRY_SPAN = 0.002  # relative: lower loads are tried until the refuted and the proven one are this close
+# relative: lower loads are tried until the refuted and the proven one are this close (with
+# tied prices a try takes seconds: op-level BERT-24 training, 651.52 proven, 652.34 not)
+RETRY_SPAN = 0.0005
+# relative: the first step below a load where no certificate came, doubling at each such
+# load (the best plan is most often within a few per cent of the optimum, and a step to
+# halfway down to the floor would land far below it)
+STEP_DOWN = 0.005
 KNAPSACK_S = 2.0  # seconds, at most, for the exact CPU set (its bound is kept where it stops)
 # rounds between the exact pricing's runs while local search still finds sets (counted, not
 # timed, so that a search takes the same path on every run): the certificate at the best plan
@@ -51,20 +63,28 @@ def infeasible(cl, k: int, l: int, memory: float, T: float, plan_devices: np.nda
     ``l`` CPUs has max load at most ``T``, proven within ``seconds`` (or before ``stop`` is
     set); False where it cannot be shown (in time, or at all: the LP then has a fractional
     plan).  ``plan_devices`` (class -> device index) seeds the LP with a known plan's
-    accelerator sets."""
-    return _search(_Sets(cl, memory), k, l, T, plan_devices, seconds, stop) == PROVEN
+    accelerator sets.  Tied prices first (where the graph repeats a block), then free ones."""
+    deadline = time.perf_counter() + seconds
+    sets = _Sets(cl, memory)
+    outcome = EXHAUSTED
+    if sets.chains is not None:
+        outcome = _search(sets, _Master(sets, k, l, sets.chains), k, l, T, plan_devices, seconds, stop)
+    if outcome == EXHAUSTED:
+        outcome = _search(sets, _Master(sets, k, l), k, l, T, plan_devices, deadline - time.perf_counter(), stop)
+    return outcome == PROVEN
 
 
-def _search(sets: "_Sets", k: int, l: int, T: float, plan_devices: np.ndarray | None,
+def _search(sets: "_Sets", master: "_Master", k: int, l: int, T: float, plan_devices: np.ndarray | None,
             seconds: float, stop: threading.Event | None) -> str:
-    """:func:`infeasible`'s search: PROVEN, EXHAUSTED (no certificate can come at this T)
-    or STOPPED (out of time, or stopped)."""
+    """:func:`infeasible`'s search on one LP (tied or free prices; its columns from other
+    loads kept where they fit): PROVEN, EXHAUSTED (no certificate can come at this T, with
+    these prices) or STOPPED (out of time, or stopped)."""
     if k == 0 or not np.isfinite(T):
         return EXHAUSTED
     deadline = time.perf_counter() + seconds
     stop = stop or threading.Event()
     T = T * (1 + 1e-9) + 1e-12  # a plan scoring T, summed in another order, may read a hair above it
-    master = _Master(sets.n, k, l)
+    master.restrict(T)
     pricing = _Pricing(sets, T, stop)
     frontier = sets.frontier()
     for S in _initial_sets(sets, k, T, plan_devices):
@@ -133,40 +153,65 @@ class Background:
     """The certificate sought on a thread of its own, beside the IP's other phases: HiGHS
     (here through highspy, there through python-mip's cffi) and the compiled local search
     release the GIL, so with two cores it gets the whole time limit instead of a share of
-    it.  Where no certificate can come at ``target`` (the LP falls to k), a lower load is
-    tried, halfway to the highest one known impossible (``floor`` at first): the bound
-    still rises where the best plan is not within reach of one."""
+    it.  Where no certificate can come at ``target`` (the LP falls to k), lower loads are
+    tried: a step below it, steps doubling while none comes, never below the highest one
+    known impossible (``floor`` at first), then halfway between the two.  A better plan
+    found meanwhile lowers the target (:meth:`aim`), which is tried next where it lies
+    between the two."""
 
     def __init__(self, cl, k: int, l: int, memory: float, target: float, floor: float,
                  plan_devices: np.ndarray | None, seconds: float):
         self.seconds: float | None = None  # until it ended, once it has
         self._bound: float | None = None
+        self._target = target
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._started = time.perf_counter()
-        self._thread = threading.Thread(target=self._run, args=(cl, k, l, memory, target, floor, plan_devices, seconds),
+        self._thread = threading.Thread(target=self._run, args=(cl, k, l, memory, floor, plan_devices, seconds),
                                         daemon=True)
         self._thread.start()
 
-    def _run(self, cl, k, l, memory, target, floor, plan_devices, seconds) -> None:
+    def aim(self, target: float) -> None:
+        """Seek the certificate at ``target`` next, where it is below the one sought so far."""
+        self._target = min(self._target, target)
+
+    def _run(self, cl, k, l, memory, floor, plan_devices, seconds) -> None:
         deadline = self._started + seconds
-        low, high, T = floor, None, target  # high: the lowest load where none can come
         try:
             sets = _Sets(cl, memory)  # the same at every load tried
-            while True:
-                outcome = _search(sets, k, l, T, plan_devices, deadline - time.perf_counter(), self._stop)
-                if outcome == PROVEN:
-                    self._bound = low = T
-                elif outcome == EXHAUSTED:
-                    high = T
-                else:
+            low = floor
+            # tied prices first: they settle in seconds where free ones take minutes, so the
+            # loads are narrowed with them; then free prices from the target down again.
+            # Each LP keeps its columns from load to load (those that no longer fit leave)
+            for rows in ([sets.chains] if sets.chains is not None else []) + [None]:
+                low = self._narrow(sets, _Master(sets, k, l, rows), k, l, low, plan_devices, deadline)
+                if low is None:
                     break
-                if high is None or high <= low * (1 + RETRY_SPAN):
-                    break
-                T = (low + high) / 2
         except BaseException as error:  # raised again in the caller's thread by finish()
             self._error = error
         self.seconds = time.perf_counter() - self._started
+
+    def _narrow(self, sets, master, k, l, low, plan_devices, deadline) -> float | None:
+        """Narrow the loads on one LP from the target down towards ``low`` (the highest
+        proven, or the floor): the new highest proven, None once out of time."""
+        high, T, step = None, self._target, STEP_DOWN  # high: the lowest load where none can come
+        while T > low:
+            outcome = _search(sets, master, k, l, T, plan_devices, deadline - time.perf_counter(), self._stop)
+            if outcome == PROVEN:
+                self._bound = low = T
+            elif outcome == EXHAUSTED:
+                high = T
+            else:
+                return None
+            if low < self._target and (high is None or self._target < high):
+                T = self._target  # a better plan came meanwhile
+            elif high is None or high <= low * (1 + RETRY_SPAN):
+                break
+            elif outcome == EXHAUSTED:
+                T, step = max((low + high) / 2, high * (1 - step)), 2 * step
+            else:
+                T = (low + high) / 2
+        return low
 
     def bound(self) -> float | None:
         """The highest load proven impossible so far (None before the first certificate)."""
@@ -199,6 +244,9 @@ class _Sets:
                 per_class[g].append(h)
         self.c_ptr, self.c_hyper = csr(per_class)  # class -> its tensors
         self.spectral = spectral_ranks(self.n, self.h_source, self.h_ptr, self.h_members, self.weight)
+        features = np.column_stack([self.work, self.cpu, self.size, self.supported])
+        label = chains(block_shift(features, self.h_source, self.h_ptr, self.h_members, self.weight))
+        self.chains = label if label.max(initial=-1) + 1 < self.n else None  # class -> its chain of copies
         self._frontier: pricing_dp.FrontierPricing | None = None
 
     def frontier(self) -> "pricing_dp.FrontierPricing | None":
@@ -321,24 +369,28 @@ def _cpu_best(cpu: np.ndarray, pi: np.ndarray, T: float, seconds: float, stop: t
 
 
 class _Master:
-    """The LP over the sets known so far, on highspy: a row per class (>= 1) and one for the
-    CPUs (<= l); an artificial column per class keeps it feasible."""
+    """The LP over the sets known so far, on highspy: a row per class (>= 1), or per chain
+    of ``rows`` (class -> row, >= the chain's length: the classes on a chain share a
+    price), and one for the CPUs (<= l); an artificial column per row keeps it feasible."""
 
-    def __init__(self, n: int, k: int, l: int):
-
+    def __init__(self, sets: _Sets, k: int, l: int, rows: np.ndarray | None = None):
         self.highspy = highspy
-        self.n = n
+        self.sets, self.n = sets, sets.n
+        self.rows = np.arange(sets.n) if rows is None else rows
+        self.m = m = int(self.rows.max(initial=-1)) + 1
         self.h = h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("presolve", "off")  # keeps the basis from round to round
         h.setOptionValue("simplex_strategy", 4)  # primal simplex: new columns keep the basis primal feasible
         inf = highspy.kHighsInf
-        h.addRows(n, np.ones(n), np.full(n, inf), 0, np.zeros(n, dtype=np.int32), np.array([], dtype=np.int32),
+        length = np.bincount(self.rows, minlength=m).astype(np.float64)
+        h.addRows(m, length, np.full(m, inf), 0, np.zeros(m, dtype=np.int32), np.array([], dtype=np.int32),
                   np.array([]))
         h.addRow(-inf, float(l), 0, np.array([], dtype=np.int32), np.array([]))
-        for g in range(n):  # uncovered at a cost above any plan's count
-            h.addCol(float(k + 1), 0.0, inf, 1, np.array([g], dtype=np.int32), np.array([1.0]))
+        for r in range(m):  # uncovered at a cost above any plan's count
+            h.addCol(float(k + 1), 0.0, inf, 1, np.array([r], dtype=np.int32), np.array([1.0]))
         self.columns: list[tuple[np.ndarray, bool]] = []  # (classes, on the CPUs)
+        self.loads: list[float] = []  # each column's load (accelerator) or time (CPU)
         self.known: set[tuple[tuple[int, ...], bool]] = set()
 
     def has(self, S: np.ndarray, on_cpu: bool = False) -> bool:
@@ -349,10 +401,19 @@ class _Master:
         if self.has(S, on_cpu):
             return
         self.known.add((tuple(S.tolist()), on_cpu))
-        rows = np.concatenate([S, [self.n]]) if on_cpu else S
+        count = np.bincount(self.rows[S], minlength=self.m)
+        rows = np.flatnonzero(count)
+        values = count[rows].astype(np.float64)
+        if on_cpu:
+            rows, values = np.append(rows, self.m), np.append(values, 1.0)
         self.h.addCol(0.0 if on_cpu else 1.0, 0.0, self.highspy.kHighsInf, len(rows),
-                      rows.astype(np.int32), np.ones(len(rows)))
+                      rows.astype(np.int32), values)
         self.columns.append((np.asarray(S, dtype=np.int64), on_cpu))
+        self.loads.append(float(self.sets.cpu[S].sum()) if on_cpu else self.sets.load(S))
+
+    def restrict(self, T: float) -> None:
+        """Drop the columns whose load is above ``T`` (kept from a higher load tried before)."""
+        self._drop([j for j, load in enumerate(self.loads) if load > T])
 
     def accelerator_sets(self) -> list[np.ndarray]:
         return [S for S, on_cpu in self.columns if not on_cpu]
@@ -364,20 +425,23 @@ class _Master:
         if h.getModelStatus() != self.highspy.HighsModelStatus.kOptimal:
             return None, None, None
         duals = np.array(h.getSolution().row_dual)
-        return h.getInfo().objective_function_value, duals[:self.n], float(duals[self.n])
+        return h.getInfo().objective_function_value, duals[:self.m][self.rows], float(duals[self.m])
 
     def purge(self, pi: np.ndarray, tau: float) -> None:
         """Drop nonbasic accelerator sets whose reduced cost rose above PURGE_ABOVE: the LP
         grows slower and stays quick (op-level BERT-6 training, in a prototype: 205 s to 83 s)."""
         status = self.h.getBasis().col_status
         basic = self.highspy.HighsBasisStatus.kBasic
-        drop = [j for j, (S, on_cpu) in enumerate(self.columns)
-                if not on_cpu and status[self.n + j] != basic and 1.0 - pi[S].sum() > PURGE_ABOVE]
+        self._drop([j for j, (S, on_cpu) in enumerate(self.columns)
+                    if not on_cpu and status[self.m + j] != basic and 1.0 - pi[S].sum() > PURGE_ABOVE])
+
+    def _drop(self, drop: list[int]) -> None:
         if drop:
-            self.h.deleteCols(len(drop), np.array([self.n + j for j in drop], dtype=np.int32))
+            self.h.deleteCols(len(drop), np.array([self.m + j for j in drop], dtype=np.int32))
             gone = set(drop)
-            self.known -= {(tuple(self.columns[j][0].tolist()), False) for j in drop}
+            self.known -= {(tuple(self.columns[j][0].tolist()), self.columns[j][1]) for j in drop}
             self.columns = [c for j, c in enumerate(self.columns) if j not in gone]
+            self.loads = [c for j, c in enumerate(self.loads) if j not in gone]
 
 
 class _Pricing:

@@ -37,11 +37,13 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
        program and its plan is a second start (skipped where it cannot prove 1%).
     2. :meth:`_Search.pairs` -- the best start re-divided two devices at a time
        (:mod:`.improve_pairs`, at most PAIRS_SHARE).
-    3. :meth:`_Search.prove` -- where transfers are much of the load: a short try of the
-       full program (FIRST_TRY_SHARE), the CPUs' share with its transfers
-       (:mod:`.bound_offload`, OFFLOAD_SHARE), then a set-covering certificate on a thread of its
-       own (:mod:`.bound_setcover`), a spreading-metric bound (:mod:`.bound_spread`,
-       SPREAD_SHARE) and bounds from parts of the graph (:mod:`.bound_parts`, PARTS_SHARE).
+    3. :meth:`_Search.prove` -- where transfers are much of the load: a set-covering
+       certificate on a thread of its own (:mod:`.bound_setcover`, aimed below the best
+       plan as it improves), a short try of the full program (FIRST_TRY_SHARE), the CPUs'
+       share with its transfers (:mod:`.bound_offload`, OFFLOAD_SHARE), groups of three
+       devices re-divided (:meth:`_Search.triples`, TRIPLES_SHARE), a spreading-metric
+       bound (:mod:`.bound_spread`, SPREAD_SHARE) and bounds from parts of the graph
+       (:mod:`.bound_parts`, PARTS_SHARE), each while the gap is open.
     4. :meth:`_Search.full_program` -- the full program warm-started from the best plan,
        for the time left; the proven bound is the largest of all.
     """
@@ -76,6 +78,16 @@ class _Search:
     def left(self) -> float:
         return self.time_limit - (time.perf_counter() - self.began)
 
+    def share(self, fraction: float) -> float:
+        """A phase's seconds: ``fraction`` of the time limit, at most what is left short of
+        the end (some phases stop a second or two past their time: op-level BERT-24
+        training's spreading LP, 1.8 s)."""
+        return max(0.0, min(self.time_limit * fraction, self.left() - self.reserve()))
+
+    def reserve(self) -> float:
+        """Seconds kept at the end for the last phase to return in."""
+        return min(END_RESERVE_S, END_RESERVE * self.time_limit)
+
     def open_gap(self) -> bool:
         g = gap_of(self.best_value, self.floor)
         return g is not None and g > self.gap
@@ -86,6 +98,8 @@ class _Search:
             self.best_start, self.best_value = candidate, value
             if not (self.split_passes or self.contiguous):  # offers are scored as plain max-load plans
                 anytime.offer(candidate, "an incumbent of the integer program")
+            if self.certificate is not None:
+                self.certificate.aim(value * (1 - SETPART_GAP))
 
     def transfer_free(self) -> None:
         w, cl = self.w, self.cl
@@ -111,7 +125,7 @@ class _Search:
             # branch and bound finds good plans slowly on many small classes: re-divide the
             # most loaded device's classes with one other device at a time
             self.best_start = improve_pairs.improve(self.w, self.cl, self.best_start,
-                                                    self.time_limit * PAIRS_SHARE, self.solver)
+                                                    self.share(PAIRS_SHARE), self.solver)
             self.best_value = _scored_start(self.w, self.best_start, self.contiguous, self.split_passes)[1]
             anytime.offer(self.best_start, "the warm start re-divided by pairs")
         cl = self.cl
@@ -122,14 +136,18 @@ class _Search:
 
     def prove(self) -> None:
         """Where transfers are much of the load the relaxations without them say little,
-        and parts of the graph can be far easier to prove than the whole; the full program
-        first gets a short try (op-level BERT: proven in about 2 s)."""
+        and parts of the graph can be far easier to prove than the whole.  The certificate
+        starts first, on its own thread, aimed below the best plan so far (and lower as
+        better ones come); the full program gets a short try (op-level BERT: proven in
+        about 2 s), then groups of three devices re-divided, then the other bounds."""
         if not (self.transfer_heavy and self.open_gap()):
             return
-        w, cl, details, time_limit = self.w, self.cl, self.details, self.time_limit
+        w, cl, details = self.w, self.cl, self.details
+        self.certificate = certificate = _start_certificate(w, cl, self.best_start, self.best_value, self.floor,
+                                                            self.split_passes, self.left())
         full = _ThroughputIP(w, cl, transfers=True, floor=self.packing, gap=self.gap, **self.opts)
         full.warm(self.best_start)
-        status = full.optimize(time_limit * FIRST_TRY_SHARE)
+        status = full.optimize(self.share(FIRST_TRY_SHARE))
         if status == mip.OptimizationStatus.OPTIMAL:
             self.full, self.status = full, status
             return
@@ -140,33 +158,49 @@ class _Search:
             # what the CPUs take, with the tensors it costs (the split bound's is free)
             phase_start = time.perf_counter()
             offload = bound_offload.offload_bound(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory,
-                                                  self.best_value, time_limit * OFFLOAD_SHARE)
+                                                  self.best_value, self.share(OFFLOAD_SHARE))
             details["offload_bound"], details["offload_seconds"] = offload, time.perf_counter() - phase_start
             if offload is not None and offload > self.floor:
                 self.floor = offload
                 anytime.prove(offload)
-        self.certificate = certificate = _start_certificate(w, cl, self.best_start, self.best_value, self.floor,
-                                                            self.split_passes, self.left())
-        if not self.split_passes:
+        self.triples()
+        if not self.split_passes and self.gap_open_beside(certificate) and self.left() > 1.0:
             # transfers the LP relaxation cannot see: a spreading-metric LP
             phase_start = time.perf_counter()
             spreading = bound_spread.spreading_bound(cl, w.num_accelerators, w.num_cpus, self.floor,
-                                                     self.best_value, time_limit * SPREAD_SHARE)
+                                                     self.best_value, self.share(SPREAD_SHARE))
             details["spreading_bound"] = spreading
             details["spreading_seconds"] = time.perf_counter() - phase_start
             self.floor = max(self.floor, spreading or 0.0)
-        if certificate is not None:
-            self.floor = max(self.floor, certificate.bound() or 0.0)
-        if gap_of(self.best_value, self.floor) > self.gap:
+        if self.gap_open_beside(certificate) and self.left() > 1.0:
             phase_start = time.perf_counter()
             floor = self.floor
             part = bound_parts.grown_part_bounds(
-                w, self.best_start, time_limit * PARTS_SHARE, self.best_value * (1 - self.gap),
+                w, self.best_start, self.share(PARTS_SHARE), self.best_value * (1 - self.gap),
                 lambda sub, sub_start, seconds: _part_bound(sub, sub_start, seconds, self.gap, self.opts, floor))
             details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
             self.floor = max(self.floor, part) if part is not None else self.floor
-        if certificate is not None:
-            self.floor = max(self.floor, certificate.bound() or 0.0)
+        self.gap_open_beside(certificate)
+
+    def gap_open_beside(self, certificate) -> bool:
+        """Whether the gap is still open once the certificate's bound so far joins the floor."""
+        if certificate is not None and (certificate.bound() or 0.0) > self.floor:
+            self.floor = certificate.bound()
+            anytime.prove(self.floor)
+        return gap_of(self.best_value, self.floor) > self.gap
+
+    def triples(self) -> None:
+        """Where re-dividing pairs of devices stopped (the pairs phase), groups of three:
+        op-level BERT-24 training 659.68 -> 658.20 in 31 s (at most TRIPLES_SHARE)."""
+        if self.split_passes or self.contiguous or not self.gap_open_beside(self.certificate):
+            return
+        phase_start = time.perf_counter()
+        before = self.best_value
+        better = improve_pairs.improve(self.w, self.cl, self.best_start, self.share(TRIPLES_SHARE), self.solver,
+                                       group=3)
+        self.keep_if_better(better)
+        self.details["triples"] = [before, self.best_value]
+        self.details["triples_seconds"] = time.perf_counter() - phase_start
 
     def full_program(self) -> Plan:
         w, details = self.w, self.details
@@ -182,13 +216,18 @@ class _Search:
         # left the bound where it was and the plans worse (ResNet-50 inference, 80 s: 33.58
         # against 33.47); it joins the proven bound at the end instead
         full, status = self.full, self.status
+        if full is None and self.best_start is not None and self.left() <= self.reserve():
+            # no time for the full program: the best plan as it stands
+            floor = _end_certificate(self.certificate, self.floor, details, cancel=True)
+            return _throughput_plan(w, self.best_start, self.best_value, floor, contiguous, split_passes, False,
+                                    method, time.perf_counter() - self.began, details)
         if full is None:
             full = _ThroughputIP(w, self.cl, transfers=True, floor=self.packing, gap=self.gap, **self.opts)
             if self.best_start is not None:
                 full.warm(self.best_start)
             status = full.optimize(max(1.0, self.left()))
-        floor = _end_certificate(self.certificate, self.floor, details,
-                                 cancel=status == mip.OptimizationStatus.OPTIMAL)
+        # the program had the time that was left: the certificate is stopped, not awaited
+        floor = _end_certificate(self.certificate, self.floor, details, cancel=True)
         seconds = time.perf_counter() - self.began
         details["ip_objective"] = full.model.objective_value if full.model.num_solutions else None
         assignment = full.assignment()
@@ -299,6 +338,8 @@ OFFLOAD_SHARE = 0.2  # of the time limit, at most, for the CPUs' share with its 
 # with 10% the certificate started from 418.32 and, in the bench, none came: 14.27%)
 FIRST_TRY_SHARE = 0.2
 PAIRS_SHARE = 0.25  # of the time limit, at most, for the pairwise re-optimisation
+TRIPLES_SHARE = 0.3  # of the time limit, at most, for re-dividing three devices at a time
+END_RESERVE, END_RESERVE_S = 0.02, 2.0  # of the time limit, and at most this, kept for the end
 PART_PAIRS_SHARE = 0.25  # of a part's time, at most, for improving its warm start
 TRANSFER_FREE_GAP = 1e-4
 
