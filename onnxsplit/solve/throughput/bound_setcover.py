@@ -54,6 +54,10 @@ KNAPSACK_S = 2.0  # seconds, at most, for the exact CPU set (its bound is kept w
 # less 1%, standalone, op-level BERT-12 / BERT-6 training: every 2 rounds 49.7 / 10.3 s,
 # 3: 39.0 / 10.8 s, 5: 27.7 / 14.0 s, 10: 37.5 / 19.5 s
 FRONTIER_EVERY = 5
+# tied prices only where they leave at most this share of the rows (a pass that ties a few
+# classes costs about what the free one does: generated 9,600-node graphs with noisy
+# blocks had 2 copies found)
+TIED_MOST = 0.8
 PROVEN, EXHAUSTED, STOPPED = "proven", "exhausted", "stopped"  # how a search ends
 
 
@@ -246,7 +250,8 @@ class _Sets:
         self.spectral = spectral_ranks(self.n, self.h_source, self.h_ptr, self.h_members, self.weight)
         features = np.column_stack([self.work, self.cpu, self.size, self.supported])
         label = chains(block_shift(features, self.h_source, self.h_ptr, self.h_members, self.weight))
-        self.chains = label if label.max(initial=-1) + 1 < self.n else None  # class -> its chain of copies
+        tied = label.max(initial=-1) + 1 <= TIED_MOST * self.n
+        self.chains = label if tied else None  # class -> its chain of copies
         self._frontier: pricing_dp.FrontierPricing | None = None
 
     def frontier(self) -> "pricing_dp.FrontierPricing | None":
