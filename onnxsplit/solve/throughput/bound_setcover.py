@@ -55,8 +55,8 @@ KNAPSACK_S = 2.0  # seconds, at most, for the exact CPU set (its bound is kept w
 # 3: 39.0 / 10.8 s, 5: 27.7 / 14.0 s, 10: 37.5 / 19.5 s
 FRONTIER_EVERY = 5
 # tied prices only where they leave at most this share of the rows (a pass that ties a few
-# classes costs about what the free one does: generated 9,600-node graphs with noisy
-# blocks had 2 copies found)
+# classes costs about what the free one does: on a generated 9,600-node graph, whose nodes'
+# costs are jittered, 2 classes were mapped)
 TIED_MOST = 0.8
 PROVEN, EXHAUSTED, STOPPED = "proven", "exhausted", "stopped"  # how a search ends
 
