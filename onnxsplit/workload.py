@@ -527,6 +527,15 @@ def csr(lists) -> tuple[np.ndarray, np.ndarray]:
     return ptr, idx
 
 
+def transposed(ptr: np.ndarray, index: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A CSR (:func:`csr`) turned round: for each of 0..n-1, the lists that hold it, in
+    the lists' order (each tensor's classes -> each class's tensors)."""
+    holder = np.repeat(np.arange(len(ptr) - 1, dtype=np.int64), np.diff(ptr))
+    out = np.zeros(n + 1, dtype=np.int64)
+    out[1:] = np.cumsum(np.bincount(index, minlength=n))
+    return out, holder[np.argsort(index, kind="stable")]
+
+
 # ---- parsing helpers -------------------------------------------------------------------
 
 def _finite_nonneg(x) -> bool:

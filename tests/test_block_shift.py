@@ -15,7 +15,7 @@ import pytest
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
 from onnxsplit.solve import block_shift, classes
 from onnxsplit.solve.throughput import bound_setcover
-from onnxsplit.workload import Workload
+from onnxsplit.workload import Workload, transposed
 
 
 def _blocks(seed: int, copies: int, size: int, k: int, l: int) -> dict:
@@ -129,3 +129,15 @@ def test_columns_kept_from_a_higher_load_leave_when_they_no_longer_fit():
     assert master.columns and max(master.loads) <= best * 0.8
     assert all(sets.load(S) == pytest.approx(load) for (S, on_cpu), load in zip(master.columns, master.loads) if not on_cpu)
     assert master.h.getNumCol() == master.m + len(master.columns)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_each_class_gets_its_tensors_in_order(seed):
+    """workload.transposed (class -> its tensors, as the certificate's local search and the
+    shift read them) against the lists built by hand, tensors in their order."""
+    w = Workload.from_paper_json(bf.random_workload(seed, training=seed % 2 == 1, n_range=(2, 9)))
+    cl = classes.build_classes(w)
+    _, ptr, members, _ = cl.hyper_arrays()
+    by_hand = [[h for h in range(len(ptr) - 1) if g in members[ptr[h]:ptr[h + 1]]] for g in range(cl.n)]
+    c_ptr, c_hyper = transposed(ptr, members, cl.n)
+    assert [c_hyper[c_ptr[g]:c_ptr[g + 1]].tolist() for g in range(cl.n)] == by_hand

@@ -26,7 +26,7 @@ from collections import defaultdict, deque
 
 import numpy as np
 
-from ..workload import csr
+from ..workload import transposed
 
 ROUNDS = 3  # of colour refinement: enough to tell a block's classes apart, few enough that
 # a class's colour does not see how far it lies from the graph's ends
@@ -42,7 +42,7 @@ def block_shift(features: np.ndarray, source: np.ndarray, ptr: np.ndarray, membe
     shift = np.full(n, -1, dtype=np.int64)
     if n < 2:
         return shift
-    c_ptr, c_hyper = csr(_incidence(n, ptr, members))
+    c_ptr, c_hyper = transposed(ptr, members, n)  # class -> its tensors
     colours, tensor_colours = _refine(features, source, ptr, members, weight, c_ptr, c_hyper)
     best = 0
     for group in _anchor_groups(colours):
@@ -85,14 +85,6 @@ def chains(shift: np.ndarray) -> np.ndarray:
             x = shift[x]
         count += 1
     return label
-
-
-def _incidence(n: int, ptr: np.ndarray, members: np.ndarray) -> list[list[int]]:
-    out: list[list[int]] = [[] for _ in range(n)]
-    for h in range(len(ptr) - 1):
-        for g in members[ptr[h]:ptr[h + 1]]:
-            out[int(g)].append(h)
-    return out
 
 
 def _refine(features, source, ptr, members, weight, c_ptr, c_hyper):

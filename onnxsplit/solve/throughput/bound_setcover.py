@@ -27,7 +27,7 @@ import highspy
 import numpy as np
 from numba import njit
 
-from ...workload import csr
+from ...workload import transposed
 from ..block_shift import block_shift, chains
 from ..orders import spectral_ranks
 from . import pricing_dp
@@ -71,10 +71,10 @@ def infeasible(cl, k: int, l: int, memory: float, T: float, plan_devices: np.nda
     deadline = time.perf_counter() + seconds
     sets = _Sets(cl, memory)
     outcome = EXHAUSTED
-    if sets.chains is not None:
-        outcome = _search(sets, _Master(sets, k, l, sets.chains), k, l, T, plan_devices, seconds, stop)
-    if outcome == EXHAUSTED:
-        outcome = _search(sets, _Master(sets, k, l), k, l, T, plan_devices, deadline - time.perf_counter(), stop)
+    for rows in sets.forms():
+        outcome = _search(sets, _Master(sets, k, l, rows), k, l, T, plan_devices, deadline - time.perf_counter(), stop)
+        if outcome != EXHAUSTED:
+            break
     return outcome == PROVEN
 
 
@@ -187,7 +187,7 @@ class Background:
             # tied prices first: they settle in seconds where free ones take minutes, so the
             # loads are narrowed with them; then free prices from the target down again.
             # Each LP keeps its columns from load to load (those that no longer fit leave)
-            for rows in ([sets.chains] if sets.chains is not None else []) + [None]:
+            for rows in sets.forms():
                 low = self._narrow(sets, _Master(sets, k, l, rows), k, l, low, plan_devices, deadline)
                 if low is None:
                     break
@@ -242,17 +242,18 @@ class _Sets:
         self.cpu = cl.cpu_fwd + cl.cpu_bwd
         self.memory = float(memory) * (1 + 1e-12)
         self.h_source, self.h_ptr, self.h_members, self.weight = cl.hyper_arrays()
-        per_class: list[list[int]] = [[] for _ in range(cl.n)]
-        for h in range(len(self.weight)):
-            for g in self.h_members[self.h_ptr[h]:self.h_ptr[h + 1]]:
-                per_class[g].append(h)
-        self.c_ptr, self.c_hyper = csr(per_class)  # class -> its tensors
+        self.c_ptr, self.c_hyper = transposed(self.h_ptr, self.h_members, cl.n)  # class -> its tensors
         self.spectral = spectral_ranks(self.n, self.h_source, self.h_ptr, self.h_members, self.weight)
         features = np.column_stack([self.work, self.cpu, self.size, self.supported])
         label = chains(block_shift(features, self.h_source, self.h_ptr, self.h_members, self.weight))
         tied = label.max(initial=-1) + 1 <= TIED_MOST * self.n
         self.chains = label if tied else None  # class -> its chain of copies
         self._frontier: pricing_dp.FrontierPricing | None = None
+
+    def forms(self) -> list[np.ndarray | None]:
+        """The LP's rows to try, in order: one per chain of copies (where the graph repeats
+        a block), then one per class (None)."""
+        return ([self.chains] if self.chains is not None else []) + [None]
 
     def frontier(self) -> "pricing_dp.FrontierPricing | None":
         """The exact pricing DP (built once, the same at every load), None beyond its size."""
@@ -380,7 +381,7 @@ class _Master:
 
     def __init__(self, sets: _Sets, k: int, l: int, rows: np.ndarray | None = None):
         self.highspy = highspy
-        self.sets, self.n = sets, sets.n
+        self.sets = sets
         self.rows = np.arange(sets.n) if rows is None else rows
         self.m = m = int(self.rows.max(initial=-1)) + 1
         self.h = h = highspy.Highs()

@@ -143,8 +143,8 @@ class _Search:
         if not (self.transfer_heavy and self.open_gap()):
             return
         w, cl, details = self.w, self.cl, self.details
-        self.certificate = certificate = _start_certificate(w, cl, self.best_start, self.best_value, self.floor,
-                                                            self.split_passes, self.left())
+        self.certificate = _start_certificate(w, cl, self.best_start, self.best_value, self.floor, self.split_passes,
+                                              self.left())
         full = _ThroughputIP(w, cl, transfers=True, floor=self.packing, gap=self.gap, **self.opts)
         full.warm(self.best_start)
         status = full.optimize(self.share(FIRST_TRY_SHARE))
@@ -164,7 +164,7 @@ class _Search:
                 self.floor = offload
                 anytime.prove(offload)
         self.triples()
-        if not self.split_passes and self.gap_open_beside(certificate) and self.left() > 1.0:
+        if not self.split_passes and self.gap_still_open() and self.left() > 1.0:
             # transfers the LP relaxation cannot see: a spreading-metric LP
             phase_start = time.perf_counter()
             spreading = bound_spread.spreading_bound(cl, w.num_accelerators, w.num_cpus, self.floor,
@@ -172,7 +172,7 @@ class _Search:
             details["spreading_bound"] = spreading
             details["spreading_seconds"] = time.perf_counter() - phase_start
             self.floor = max(self.floor, spreading or 0.0)
-        if self.gap_open_beside(certificate) and self.left() > 1.0:
+        if self.gap_still_open() and self.left() > 1.0:
             phase_start = time.perf_counter()
             floor = self.floor
             part = bound_parts.grown_part_bounds(
@@ -180,19 +180,19 @@ class _Search:
                 lambda sub, sub_start, seconds: _part_bound(sub, sub_start, seconds, self.gap, self.opts, floor))
             details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
             self.floor = max(self.floor, part) if part is not None else self.floor
-        self.gap_open_beside(certificate)
+        self.gap_still_open()
 
-    def gap_open_beside(self, certificate) -> bool:
-        """Whether the gap is still open once the certificate's bound so far joins the floor."""
-        if certificate is not None and (certificate.bound() or 0.0) > self.floor:
-            self.floor = certificate.bound()
+    def gap_still_open(self) -> bool:
+        """:meth:`open_gap` once the certificate's bound so far joins the floor."""
+        if self.certificate is not None and (self.certificate.bound() or 0.0) > self.floor:
+            self.floor = self.certificate.bound()
             anytime.prove(self.floor)
-        return gap_of(self.best_value, self.floor) > self.gap
+        return self.open_gap()
 
     def triples(self) -> None:
         """Where re-dividing pairs of devices stopped (the pairs phase), groups of three:
         op-level BERT-24 training 659.68 -> 658.20 in 31 s (at most TRIPLES_SHARE)."""
-        if self.split_passes or self.contiguous or not self.gap_open_beside(self.certificate):
+        if self.split_passes or self.contiguous or not self.gap_still_open():
             return
         phase_start = time.perf_counter()
         before = self.best_value
@@ -206,21 +206,17 @@ class _Search:
         w, details = self.w, self.details
         contiguous, split_passes = self.contiguous, self.split_passes
         method = "ip_contiguous" if contiguous else "ip"
-        if self.best_start is not None and not self.open_gap() and gap_of(self.best_value, self.floor) is not None:
-            # the transfer-free, the spreading, the certificate or a part's bound already
-            # proves the best start within the gap
+        full, status = self.full, self.status
+        # the transfer-free, the spreading, the certificate or a part's bound already proves
+        # the best start within the gap, or no time is left for the full program
+        proven = not self.open_gap() and gap_of(self.best_value, self.floor) is not None
+        if self.best_start is not None and (proven or (full is None and self.left() <= self.reserve())):
             floor = _end_certificate(self.certificate, self.floor, details, cancel=True)
-            return _throughput_plan(w, self.best_start, self.best_value, floor, contiguous, split_passes, True,
+            return _throughput_plan(w, self.best_start, self.best_value, floor, contiguous, split_passes, proven,
                                     method, time.perf_counter() - self.began, details)
         # T's floor in the full program stays the packing bound: the transfer-free bound there
         # left the bound where it was and the plans worse (ResNet-50 inference, 80 s: 33.58
         # against 33.47); it joins the proven bound at the end instead
-        full, status = self.full, self.status
-        if full is None and self.best_start is not None and self.left() <= self.reserve():
-            # no time for the full program: the best plan as it stands
-            floor = _end_certificate(self.certificate, self.floor, details, cancel=True)
-            return _throughput_plan(w, self.best_start, self.best_value, floor, contiguous, split_passes, False,
-                                    method, time.perf_counter() - self.began, details)
         if full is None:
             full = _ThroughputIP(w, self.cl, transfers=True, floor=self.packing, gap=self.gap, **self.opts)
             if self.best_start is not None:
