@@ -148,3 +148,27 @@ def test_ring_split_of_two_branches_pays_two_cuts_a_device():
     assert evaluate.check(w, plan.assignment) == []
     assert plan.value == pytest.approx(42.0, rel=1e-12)
     assert bf.max_load(workload(nodes, edges, k=3, l=0), plan.assignment) == pytest.approx(42.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ring_splits_give_each_orders_best_split_least_first(seed):
+    """One split per order, each the best ring split of that order (by enumeration), each
+    valid and scored by the brute force, the least max load first (ring_split's)."""
+    data = bf.random_workload(100 + seed, training=seed % 3 == 0, n_range=(2, 5), k_range=(1, 3), l_range=(0, 1))
+    w = Workload.from_paper_json(data)
+    splits = dp_ring.ring_splits(w)
+    cl = build_classes(w)
+    ranks = {"topological": dp_ring._late_source_rank(w, cl), **spectral_ranks(cl.n, *cl.hyper_arrays())}
+    enumerated = {name: _every_ring_split_of(w, cl, np.argsort(rank)) for name, rank in ranks.items()}
+    assert {name for _, name, _, _, _ in splits} == {name for name, v in enumerated.items() if np.isfinite(v)}
+    values = [value for value, *_ in splits]
+    assert values == sorted(values)
+    for value, name, i, j, assignment in splits:
+        assert 0 <= i <= j <= cl.n
+        assert evaluate.check(w, assignment) == []
+        assert value == pytest.approx(bf.max_load(data, assignment), rel=1e-9)
+        assert value == pytest.approx(enumerated[name], rel=1e-9)
+    plan = dp_ring.ring_split(w)
+    assert (plan is None) == (not splits)
+    if splits:
+        assert plan.value == pytest.approx(values[0], rel=1e-9)

@@ -203,3 +203,40 @@ def test_transfer_free_phase_is_skipped_only_where_it_cannot_prove_one_percent()
     plan = ip.solve_throughput(heavy, time_limit=20, warm_start=split)
     assert plan.details["transfer_free_bound"] is None  # skipped
     assert plan.lower_bound <= plan.value and evaluate.check(heavy, plan.assignment) == []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pairs_start_from_the_best_balanced_ring_split_within_the_span(seed, monkeypatch):
+    """Of the best start and the ring splits within PAIRS_START_SPAN of its max load, pairs
+    start from the one whose accelerators' mean load is least; a split beyond the span is
+    never taken, however low its mean; without transfers that weigh, the best start."""
+    import numpy as np
+
+    from onnxsplit.solve.throughput import dp_ring
+
+    data = bf.random_workload(300 + seed, training=False, n_range=(5, 7), k_range=(2, 3), l_range=(1, 1))
+    w = Workload.from_paper_json(data)
+    rng = np.random.default_rng(seed)
+    names = [d.name for d in w.devices]
+    plans = []
+    for _ in range(400):  # random valid plans, scored by the brute force
+        a = {int(i): names[rng.integers(len(names))] for i in w.ids}
+        if not evaluate.check(w, a):
+            loads = bf.device_loads(data, a)
+            plans.append((max(loads.values()), float(np.mean([loads[n] for n in names[:w.num_accelerators]])), a))
+    plans.sort(key=lambda p: p[0])
+    start_value, _, start = plans[len(plans) // 2]
+    search = ip._Search(w, 10.0, 0.001, start, dict(contiguous=False, split_passes=False, solver="highs",
+                                                    threads=None, verbose=False))
+    assert search.best_value == pytest.approx(start_value, rel=1e-9)
+    others = [p for p in plans if p[2] is not start]
+    monkeypatch.setattr(dp_ring, "ring_splits", lambda _: [(v, "order", 0, 0, a) for v, _, a in others])
+    within = [(m, id(a)) for v, m, a in plans if v <= start_value * (1 + ip.PAIRS_START_SPAN)]
+    expected = min(within, key=lambda x: x[0])
+    search.transfer_heavy = True
+    chosen = search.balanced_start()
+    chosen_mean = [m for v, m, a in plans if a is chosen][0]
+    assert chosen_mean == pytest.approx(expected[0], rel=1e-12)
+    assert max(bf.device_loads(data, chosen).values()) <= start_value * (1 + ip.PAIRS_START_SPAN) * (1 + 1e-12)
+    search.transfer_heavy = False
+    assert search.balanced_start() is start

@@ -36,16 +36,30 @@ def ring_split(w: Workload) -> Plan | None:
     """The best ring split of the classes' order (None where no plan fits -- no
     accelerator, or memory -- or the graph has more than MOST_CLASSES classes)."""
     begun = time.perf_counter()
+    splits = ring_splits(w)
+    if not splits:
+        return None
+    value, name, i, j, assignment = splits[0]
+    return finish(w, "throughput", "dp_ring", assignment, begun,
+                  details={"ring_value": value, "middle": [i, j], "order": name})
+
+
+def ring_splits(w: Workload) -> list[tuple[float, str, int, int, dict[int, str]]]:
+    """Each order's best ring split, the least max load first: (its max load, the order's
+    name, where the middle starts and ends, the assignment); empty where none fits.
+
+    The throughput IP starts its pairs from one of them where it is nearly as good and
+    far better balanced (:func:`.ip._Search.pairs`)."""
     k, l = w.num_accelerators, w.num_cpus
     if w.n == 0 or k == 0:
-        return None
+        return []
     cl = build_classes(w)
     n = cl.n
     if n > MOST_CLASSES:
-        return None
+        return []
     memory = float(w.accelerator_memory) * (1 + 1e-12)
     starts = np.unique(np.concatenate([np.arange(min(n, 8)), np.linspace(0, n, STARTS - 8).astype(np.int64)]))
-    best = None
+    out = []
     ranks = {"topological": _late_source_rank(w, cl), **spectral_ranks(n, *cl.hyper_arrays())}
     for name, rank in ranks.items():
         ordered = _reordered(cl, rank)
@@ -57,21 +71,17 @@ def ring_split(w: Workload) -> Plan | None:
                                       ordered.size, ~ordered.supported))
         tables += (_boundary_table(n, ptr, members, weight),)
         value, i, j = _best_ring(*tables, starts[starts < n], k, l, memory)
-        if np.isfinite(value) and (best is None or value < best[0]):
-            best = (value, i, j, name, ordered, tables)
-    if best is None:
-        return None
-    value, i, j, name, cl, tables = best
-    segments = _middle(*tables, i, j, k, l, memory)
-    devices = np.zeros(n, dtype=np.int64)  # the ring part: accelerator 0
-    next_acc, next_cpu = 1, k
-    for a, b, on_acc in segments:
-        if on_acc:
-            devices[a:b], next_acc = next_acc, next_acc + 1
-        else:
-            devices[a:b], next_cpu = next_cpu, next_cpu + 1
-    return finish(w, "throughput", "dp_ring", cl.assignment(w, devices), begun,
-                  details={"ring_value": float(value), "middle": [int(i), int(j)], "order": name})
+        if not np.isfinite(value):
+            continue
+        devices = np.zeros(n, dtype=np.int64)  # the ring part: accelerator 0
+        next_acc, next_cpu = 1, k
+        for a, b, on_acc in _middle(*tables, i, j, k, l, memory):
+            if on_acc:
+                devices[a:b], next_acc = next_acc, next_acc + 1
+            else:
+                devices[a:b], next_cpu = next_cpu, next_cpu + 1
+        out.append((float(value), name, int(i), int(j), ordered.assignment(w, devices)))
+    return sorted(out, key=lambda split: split[0])
 
 
 def _late_source_rank(w: Workload, cl) -> np.ndarray:

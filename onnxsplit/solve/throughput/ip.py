@@ -22,7 +22,7 @@ from .. import anytime, evaluate
 from ..classes import Classes, build_classes
 from ..finish import status_label
 from ..milp import add_contiguity, crossing, finite, new_model, optimize
-from . import bound_offload, bound_parts, bound_setcover, bound_spread, improve_pairs, ip_routed
+from . import bound_offload, bound_parts, bound_setcover, bound_spread, dp_ring, improve_pairs, ip_routed
 from .bounds import lifted, split_bound
 
 def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: bool = False,
@@ -35,7 +35,8 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
     1. :meth:`_Search.transfer_free` -- the program without transfers (at most
        TRANSFER_FREE_SHARE): smaller, often solved outright, its bound holds for the full
        program and its plan is a second start (skipped where it cannot prove 1%).
-    2. :meth:`_Search.pairs` -- the best start re-divided two devices at a time
+    2. :meth:`_Search.pairs` -- the best start, or a better-balanced ring split near it
+       (:meth:`_Search.balanced_start`), re-divided two devices at a time
        (:mod:`.improve_pairs`, at most PAIRS_SHARE).
     3. :meth:`_Search.prove` -- where transfers are much of the load: a set-covering
        certificate on a thread of its own (:mod:`.bound_setcover`, aimed below the best
@@ -124,15 +125,35 @@ class _Search:
         if self.best_start is not None and not (self.contiguous or self.split_passes):
             # branch and bound finds good plans slowly on many small classes: re-divide the
             # most loaded device's classes with one other device at a time
-            self.best_start = improve_pairs.improve(self.w, self.cl, self.best_start,
-                                                    self.share(PAIRS_SHARE), self.solver)
-            self.best_value = _scored_start(self.w, self.best_start, self.contiguous, self.split_passes)[1]
-            anytime.offer(self.best_start, "the warm start re-divided by pairs")
+            divided = improve_pairs.improve(self.w, self.cl, self.balanced_start(), self.share(PAIRS_SHARE),
+                                            self.solver)
+            self.keep_if_better(divided)
         cl = self.cl
         self.details = {"solver": self.solver, "objective_form": "max fwd + max bwd" if self.split_passes
                         else "max load", "classes": cl.n, "hyperedges": len(cl.hyper),
                         "contiguous": self.contiguous, **self.details,
                         "pairs": [pairs_from, self.best_value], "pairs_seconds": time.perf_counter() - phase_start}
+
+    def balanced_start(self) -> dict[int, str]:
+        """The plan pairs start from: the best start, or where transfers weigh, a ring split
+        (:func:`.dp_ring.ring_splits`) within PAIRS_START_SPAN of it whose accelerators'
+        mean load is lower.  Pairs move work between devices and seldom remove a cut, so
+        the mean is about as low as they can bring the max: on op-level BERT-48 training
+        the spectral line's ring split (1277.32, each device two stretches of layers, mean
+        1251.8) went to 1263.81, the angular one's (1284.80, one stretch each, mean
+        1228.5) to 1255.27."""
+        chosen = self.best_start
+        if not self.transfer_heavy or self.cl.n > dp_ring.MOST_CLASSES:
+            return chosen
+        lowest = _accelerator_mean(self.w, chosen)
+        for value, _, _, _, assignment in dp_ring.ring_splits(self.w):
+            if value > self.best_value * (1 + PAIRS_START_SPAN):
+                break
+            if _scored_start(self.w, assignment, False, False)[0] is not None:
+                mean = _accelerator_mean(self.w, assignment)
+                if mean < lowest:
+                    chosen, lowest = assignment, mean
+        return chosen
 
     def prove(self) -> None:
         """Where transfers are much of the load the relaxations without them say little,
@@ -279,6 +300,12 @@ def _transfer_free_can_prove(w: Workload, start: dict[int, str] | None, value: f
     return float((loads - paid).max()) >= value * (1 - max(gap, 0.01))
 
 
+def _accelerator_mean(w: Workload, assignment: dict[int, str]) -> float:
+    """The accelerators' mean load (the evaluator's)."""
+    loads = evaluate.max_load(w, assignment).loads
+    return float(np.mean([loads[d.name] for d in w.devices[:w.num_accelerators]]))
+
+
 def _packing_floor(w: Workload, cl: Classes, split_passes: bool) -> float:
     """The packing and split bounds (bounds.py) as T's floor, also offered to the time
     limit's watch; 0 where they say nothing (or for the max forward + max backward
@@ -334,6 +361,7 @@ OFFLOAD_SHARE = 0.2  # of the time limit, at most, for the CPUs' share with its 
 # with 10% the certificate started from 418.32 and, in the bench, none came: 14.27%)
 FIRST_TRY_SHARE = 0.2
 PAIRS_SHARE = 0.25  # of the time limit, at most, for the pairwise re-optimisation
+PAIRS_START_SPAN = 0.01  # a ring split this far above the best start may still be the one pairs start from
 TRIPLES_SHARE = 0.3  # of the time limit, at most, for re-dividing three devices at a time
 END_RESERVE, END_RESERVE_S = 0.02, 2.0  # of the time limit, and at most this, kept for the end
 PART_PAIRS_SHARE = 0.25  # of a part's time, at most, for improving its warm start
