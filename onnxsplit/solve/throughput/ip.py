@@ -125,9 +125,9 @@ class _Search:
         if self.best_start is not None and not (self.contiguous or self.split_passes):
             # branch and bound finds good plans slowly on many small classes: re-divide the
             # most loaded device's classes with one other device at a time
-            divided = improve_pairs.improve(self.w, self.cl, self.balanced_start(), self.share(PAIRS_SHARE),
-                                            self.solver)
-            self.keep_if_better(divided)
+            start = self.balanced_start()
+            pairs_from = _scored_start(self.w, start, False, False)[1]
+            self.keep_if_better(improve_pairs.improve(self.w, self.cl, start, self.share(PAIRS_SHARE), self.solver))
         cl = self.cl
         self.details = {"solver": self.solver, "objective_form": "max fwd + max bwd" if self.split_passes
                         else "max load", "classes": cl.n, "hyperedges": len(cl.hyper),
@@ -145,14 +145,14 @@ class _Search:
         chosen = self.best_start
         if not self.transfer_heavy or self.cl.n > dp_ring.MOST_CLASSES:
             return chosen
-        lowest = _accelerator_mean(self.w, chosen)
-        for value, _, _, _, assignment in dp_ring.ring_splits(self.w):
-            if value > self.best_value * (1 + PAIRS_START_SPAN):
-                break
-            if _scored_start(self.w, assignment, False, False)[0] is not None:
-                mean = _accelerator_mean(self.w, assignment)
-                if mean < lowest:
-                    chosen, lowest = assignment, mean
+        near = [split[-1] for split in dp_ring.ring_splits(self.w)
+                if split[0] <= self.best_value * (1 + PAIRS_START_SPAN)
+                and _scored_start(self.w, split[-1], False, False)[0] is not None]
+        lowest = _accelerator_mean(self.w, chosen) if near else 0.0
+        for assignment in near:
+            mean = _accelerator_mean(self.w, assignment)
+            if mean < lowest:
+                chosen, lowest = assignment, mean
         return chosen
 
     def prove(self) -> None:
