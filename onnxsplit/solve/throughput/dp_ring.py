@@ -48,8 +48,8 @@ def ring_splits(w: Workload) -> list[tuple[float, str, int, int, dict[int, str]]
     """Each order's best ring split, the least max load first: (its max load, the order's
     name, where the middle starts and ends, the assignment); empty where none fits.
 
-    The throughput IP starts its pairs from one of them where it is nearly as good and
-    far better balanced (:func:`.ip._Search.pairs`)."""
+    The throughput IP's pairs start from one of them where it is nearly as good as the
+    best start and better balanced (:meth:`.ip._Search.balanced_start`)."""
     k, l = w.num_accelerators, w.num_cpus
     if w.n == 0 or k == 0:
         return []
