@@ -234,9 +234,10 @@ def test_pairs_start_from_the_best_balanced_ring_split_within_the_span(seed, mon
     within = [(m, id(a)) for v, m, a in plans if v <= start_value * (1 + ip.PAIRS_START_SPAN)]
     expected = min(within, key=lambda x: x[0])
     search.transfer_heavy = True
-    chosen = search.balanced_start()
+    chosen, value = search.balanced_start()
     chosen_mean = [m for v, m, a in plans if a is chosen][0]
     assert chosen_mean == pytest.approx(expected[0], rel=1e-12)
-    assert max(bf.device_loads(data, chosen).values()) <= start_value * (1 + ip.PAIRS_START_SPAN) * (1 + 1e-12)
+    assert value == pytest.approx(max(bf.device_loads(data, chosen).values()), rel=1e-9)
+    assert value <= start_value * (1 + ip.PAIRS_START_SPAN) * (1 + 1e-12)
     search.transfer_heavy = False
-    assert search.balanced_start() is start
+    assert search.balanced_start() == (start, search.best_value)

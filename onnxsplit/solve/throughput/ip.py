@@ -125,8 +125,7 @@ class _Search:
         if self.best_start is not None and not (self.contiguous or self.split_passes):
             # branch and bound finds good plans slowly on many small classes: re-divide the
             # most loaded device's classes with one other device at a time
-            start = self.balanced_start()
-            pairs_from = _scored_start(self.w, start, False, False)[1]
+            start, pairs_from = self.balanced_start()
             self.keep_if_better(improve_pairs.improve(self.w, self.cl, start, self.share(PAIRS_SHARE), self.solver))
         cl = self.cl
         self.details = {"solver": self.solver, "objective_form": "max fwd + max bwd" if self.split_passes
@@ -134,25 +133,25 @@ class _Search:
                         "contiguous": self.contiguous, **self.details,
                         "pairs": [pairs_from, self.best_value], "pairs_seconds": time.perf_counter() - phase_start}
 
-    def balanced_start(self) -> dict[int, str]:
-        """The plan pairs start from: the best start, or where transfers weigh, a ring split
-        (:func:`.dp_ring.ring_splits`) within PAIRS_START_SPAN of it whose accelerators'
-        mean load is lower.  Pairs move work between devices and seldom remove a cut, so
+    def balanced_start(self) -> tuple[dict[int, str], float]:
+        """The plan pairs start from, and its max load: the best start, or where transfers
+        weigh, a ring split (:func:`.dp_ring.ring_splits`) within PAIRS_START_SPAN of it
+        whose accelerators' mean load is lower.  Pairs move work between devices and seldom remove a cut, so
         the mean is about as low as they can bring the max: on op-level BERT-48 training
         the spectral line's ring split (1277.32, each device two stretches of layers, mean
         1251.8) went to 1263.81, the angular one's (1284.80, one stretch each, mean
         1228.5) to 1255.27."""
-        chosen = self.best_start
+        chosen = (self.best_start, self.best_value)
         if not self.transfer_heavy or self.cl.n > dp_ring.MOST_CLASSES:
             return chosen
-        near = [split[-1] for split in dp_ring.ring_splits(self.w)
-                if split[0] <= self.best_value * (1 + PAIRS_START_SPAN)
-                and _scored_start(self.w, split[-1], False, False)[0] is not None]
-        lowest = _accelerator_mean(self.w, chosen) if near else 0.0
-        for assignment in near:
+        # (each split's value is the evaluator's max load: dp_ring's tests hold it so)
+        near = [(assignment, value) for value, _, _, _, assignment in dp_ring.ring_splits(self.w)
+                if value <= self.best_value * (1 + PAIRS_START_SPAN) and not evaluate.check(self.w, assignment)]
+        lowest = _accelerator_mean(self.w, self.best_start) if near else 0.0
+        for assignment, value in near:
             mean = _accelerator_mean(self.w, assignment)
             if mean < lowest:
-                chosen, lowest = assignment, mean
+                chosen, lowest = (assignment, value), mean
         return chosen
 
     def prove(self) -> None:
