@@ -168,3 +168,21 @@ def test_unlimited_memory_keeps_a_reaching_plan_in_range(seed):
     call = plan.assignment[end]
     held = sum(float(w.size[w.index[i]]) for i, d in plan.assignment.items() if d == call and i != end)
     assert held <= room * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_blocks_highs_leaves_open_go_to_cp_sat(seed, monkeypatch):
+    # HiGHS given no time closes no module: its programs go to CP-SAT (the block then
+    # straight to it), whose plans compose to what HiGHS's alone compose to
+    data = _modules(seed)
+    w = Workload.from_paper_json(data)
+    by_highs = series.series_split(w, 30)
+    monkeypatch.setattr(series, "HIGHS_FIRST", 0.0)
+    calls = []
+    real = series.solve_latency_cp
+    monkeypatch.setattr(series, "solve_latency_cp", lambda *a, **k: calls.append(1) or real(*a, **k))
+    plan = series.series_split(w, 30)
+    assert calls
+    assert evaluate.check(w, plan.assignment) == []
+    assert plan.value == pytest.approx(bf.latency(data, plan.assignment), rel=1e-9)
+    assert plan.value == pytest.approx(by_highs.value, rel=1e-6)

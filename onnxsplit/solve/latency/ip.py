@@ -121,7 +121,7 @@ def solve_latency(w: Workload, *, pieces: int = 1, time_limit: float = 60.0, sol
     if (plan := proven_start()) is not None:
         return plan
     model, x = _program(w, pieces, ub, floor, head, start_plan, solver, gap, verbose)
-    status = optimize(model, max(1.0, time_limit - (time.perf_counter() - start_time)))
+    status = optimize(model, max(min(1.0, time_limit), time_limit - (time.perf_counter() - start_time)))
     return _read_plan(w, model, x, status, floor, start_plan, details, time.perf_counter() - start_time)
 
 

@@ -18,15 +18,19 @@ import time
 
 import numpy as np
 
+from ...errors import SolveError
 from ...plan import Plan
 from ...workload import Workload
 from .. import anytime, evaluate
 from ..classes import class_members
 from ..finish import finish as wrap
 from .blocks import BLOCK_NODES, Block, block_workload, blocks, cut_vertices, pinnable
+from .cpsat import available as cp_sat_available
+from .cpsat import solve_latency_cp
 from .ip import solve_latency
 
-SOLVE_SECONDS = 10.0  # at most, for one block's IP
+SOLVE_SECONDS = 10.0  # at most, for one block's program
+HIGHS_FIRST = 0.1  # seconds HiGHS has on a block's program before CP-SAT takes it over
 MOST_CUTS = 150  # beyond, every j-th cut vertex only (blocks merge; the DP stays quick)
 
 
@@ -48,10 +52,11 @@ def _on_accelerators(sub: Workload, assignment: dict[int, str]) -> dict[int, str
     return {i: d if sub.is_accelerator(index[d]) else None for i, d in assignment.items()}
 
 
-def block_plans(w: Workload, block: Block, most: int, deadline: float) -> dict[int, Option]:
+def block_plans(w: Workload, block: Block, most: int, deadline: float, hard: set | None = None) -> dict[int, Option]:
     """t -> the best plan found for the block with both ends on the CPUs and at most t
     calls; t grows until one more call gains nothing, ``most`` is reached, or the
-    deadline passes.  Each IP starts from the plan before."""
+    deadline passes.  Each program starts from the plan before; ``hard`` collects the
+    blocks whose programs HiGHS did not close quickly (:func:`_solve_block`)."""
     if not block.inside:
         return {0: Option(0.0, {}, 0)}
     sub = block_workload(w, block, 0)
@@ -63,9 +68,7 @@ def block_plans(w: Workload, block: Block, most: int, deadline: float) -> dict[i
         if left <= 0.2:
             break
         sub = block_workload(w, block, t)
-        with anytime.apart():  # (a bound of the block alone is none of the whole's)
-            plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6, warm_start=start,
-                                 series_bound=False)
+        plan = _solve_block(sub, min(SOLVE_SECONDS, left), start, block, hard)
         if plan.value is None or plan.value >= best - 1e-9:
             break  # one more call gains nothing: more rarely do
         placed = _on_accelerators(sub, plan.assignment)
@@ -74,7 +77,8 @@ def block_plans(w: Workload, block: Block, most: int, deadline: float) -> dict[i
     return plans
 
 
-def reaching_plan(w: Workload, block: Block, first_in_call: bool, deadline: float) -> list[Option]:
+def reaching_plan(w: Workload, block: Block, first_in_call: bool, deadline: float,
+                  hard: set | None = None) -> list[Option]:
     """The block's best plan when the call that holds one end (the first: it ends in the
     block; the last: it begins in the block) takes at most half the block's memory, and
     nothing else runs on an accelerator; empty if none was found in time."""
@@ -83,8 +87,7 @@ def reaching_plan(w: Workload, block: Block, first_in_call: bool, deadline: floa
         return []
     room = 0.5 * float(w.size[block.inside].sum())
     sub = block_workload(w, block, 1, room if first_in_call else None, None if first_in_call else room)
-    with anytime.apart():  # (a bound of the block with its end pinned in a call is none of the whole's)
-        plan = solve_latency(sub, time_limit=min(SOLVE_SECONDS, left), gap=1e-6, series_bound=False)
+    plan = _solve_block(sub, min(SOLVE_SECONDS, left), None, block, hard)
     if plan.value is None:
         return []
     placed = _on_accelerators(sub, plan.assignment)
@@ -94,6 +97,39 @@ def reaching_plan(w: Workload, block: Block, first_in_call: bool, deadline: floa
         return []
     share = sum(float(w.size[w.index[i]]) for i, d in placed.items() if d == call and i != end)
     return [Option(plan.value, placed, 0, call, share)]
+
+
+def _solve_block(sub: Workload, seconds: float, start: dict[int, str] | None, block: Block,
+                 hard: set | None) -> Plan:
+    """The best plan of one of ``block``'s programs within ``seconds``: HiGHS first, which
+    closes a small block in milliseconds; where it has not within HIGHS_FIRST, CP-SAT from
+    its plan (an Inception module's parallel branches: HiGHS's big-M rows relax to nothing,
+    and it took up to 3 s a program where CP-SAT takes a tenth of a second).  A block in
+    ``hard`` (HiGHS fell short on one of its programs before) goes to CP-SAT at once."""
+    begun = time.perf_counter()
+    key = (block.first, block.last)
+    cp_sat = cp_sat_available()
+    plan = None
+    if not (cp_sat and hard is not None and key in hard):
+        with anytime.apart():  # (a bound of the block alone is none of the whole's)
+            plan = solve_latency(sub, time_limit=min(HIGHS_FIRST, seconds) if cp_sat else seconds,
+                                 gap=1e-6, warm_start=start, series_bound=False)
+        if plan.status == "optimal" or not cp_sat:
+            return plan
+        if hard is not None:
+            hard.add(key)
+    left = seconds - (time.perf_counter() - begun)
+    try:
+        other = solve_latency_cp(sub, time_limit=max(left, 0.1), gap=1e-6,
+                                 warm_start=plan.assignment if plan is not None and plan.value is not None else start)
+    except SolveError:  # (a worker that gave no answer) HiGHS's plan stands, or HiGHS has the block after all
+        if plan is not None:
+            return plan
+        with anytime.apart():
+            return solve_latency(sub, time_limit=max(left, 0.1), gap=1e-6, warm_start=start, series_bound=False)
+    if other.value is None or (plan is not None and plan.value is not None and plan.value <= other.value):
+        return plan if plan is not None else other
+    return other
 
 
 def series_split(w: Workload, seconds: float) -> Plan | None:
@@ -114,10 +150,11 @@ def series_split(w: Workload, seconds: float) -> Plan | None:
     if len(cuts) < 2:
         return None
     parts = blocks(w, cuts)
-    own = [block_plans(w, b, k, deadline) for b in parts]
+    hard: set = set()  # blocks whose programs go to CP-SAT at once
+    own = [block_plans(w, b, k, deadline, hard) for b in parts]
     # a call that begins inside a block (holding its last cut vertex) or ends inside one
-    begins = [reaching_plan(w, b, False, deadline) if b.last is not None else [] for b in parts]
-    ends = [reaching_plan(w, b, True, deadline) if b.first is not None else [] for b in parts]
+    begins = [reaching_plan(w, b, False, deadline, hard) if b.last is not None else [] for b in parts]
+    ends = [reaching_plan(w, b, True, deadline, hard) if b.first is not None else [] for b in parts]
     dp = _ChainDP(w, cuts, parts, own, begins, ends)
     value, path = dp.solve()
     if path is None:
