@@ -172,3 +172,19 @@ def test_ring_splits_give_each_orders_best_split_least_first(seed):
     assert (plan is None) == (not splits)
     if splits:
         assert plan.value == pytest.approx(values[0], rel=1e-9)
+
+
+def test_ring_splits_of_the_last_workload_are_kept_and_the_callers_own():
+    # the IP asks twice (warm start, then where pairs start): the second answer is the
+    # first's, a copy the caller may change; another workload is split anew
+    data = bf.random_workload(3, training=True, n_range=(5, 6), k_range=(2, 2), l_range=(1, 1))
+    w = Workload.from_paper_json(data)
+    first = dp_ring.ring_splits(w)
+    assert first
+    first[0][4].clear()
+    again = dp_ring.ring_splits(w)
+    assert [s[:4] for s in again] == [s[:4] for s in first] and again[0][4]
+    assert again == dp_ring._ring_splits(w)
+    other = Workload.from_paper_json(bf.random_workload(4, training=True, n_range=(5, 6), k_range=(2, 2),
+                                                        l_range=(1, 1)))
+    assert dp_ring.ring_splits(other) == dp_ring._ring_splits(other) != again
