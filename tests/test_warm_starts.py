@@ -1,9 +1,17 @@
-"""The IP's warm starts (solve/warm_starts.py): each quick method's time."""
+"""The IP's warm starts (solve/warm_starts.py): each quick method's time, and the polish of
+the best throughput start, against the brute force's loads."""
 
 from __future__ import annotations
 
+import itertools
+import random
+
+import pytest
+
+import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
 from onnxsplit.plan import Plan
 from onnxsplit.solve import warm_starts
+from onnxsplit.solve.baselines.local_search import descend_from
 from onnxsplit.workload import Workload
 from workloads import edge, node, workload
 
@@ -27,3 +35,46 @@ def test_local_search_gets_its_share_of_the_ip_limit_at_most():
     assert given["local_search"] <= warm_starts.MOST_SHARE["local_search"] * 120.0 + 1e-9
     assert given["dp_linear"] > 30.0
     assert _given_limits(None)["local_search"] > 30.0
+
+
+def _class_moves(data, assignment):
+    """Every plan one colour class away from ``assignment`` that meets memory and support."""
+    g = bf.view(data)
+    for members in g.classes.values():
+        for d in g.devices:
+            if d != assignment[members[0]]:
+                moved = {**assignment, **{v: d for v in members}}
+                if bf.respects_constraints(data, moved):
+                    yield moved
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_throughput_polish_ends_where_no_class_move_lowers_the_max_load(seed):
+    # the warm start's polish (descend_from): a valid plan, never worse, at a local optimum
+    # of single colour-class moves, each scored by the brute force's own loads
+    data = bf.random_workload(seed, training=seed % 3 == 0, n_range=(4, 7), k_range=(1, 3), l_range=(0, 2))
+    w = Workload.from_paper_json(data)
+    rng = random.Random(seed)
+    plans = list(itertools.islice(bf.class_assignments(data), 200))
+    if not plans:
+        pytest.skip("no plan meets memory and support")
+    start = {int(k): v for k, v in rng.choice(plans).items()}
+    polished = descend_from(w, start, float("inf"))
+    assert bf.respects_constraints(data, polished)
+    value = bf.max_load(data, polished)
+    assert value <= bf.max_load(data, start) * (1 + 1e-9) + 1e-12
+    assert all(bf.max_load(data, moved) >= value * (1 - 1e-9) - 1e-12 for moved in _class_moves(data, polished))
+
+
+def test_the_polish_moves_something_somewhere():
+    # (the test above would pass on a polish that returned its start unchanged)
+    lowered = 0
+    for seed in range(24):
+        data = bf.random_workload(seed, n_range=(4, 7), k_range=(2, 3), l_range=(1, 1))
+        w = Workload.from_paper_json(data)
+        plans = list(itertools.islice(bf.class_assignments(data), 200))
+        if not plans:
+            continue
+        start = {int(k): v for k, v in random.Random(seed).choice(plans).items()}
+        lowered += bf.max_load(data, descend_from(w, start, float("inf"))) < bf.max_load(data, start) * (1 - 1e-9)
+    assert lowered >= 6

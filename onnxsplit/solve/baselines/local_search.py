@@ -1,7 +1,8 @@
 """Local search over colour-class moves with random restarts (the paper's baseline, made
 feasible): moves only between memory- and support-feasible assignments, CPU cores
 allowed, loads updated one move at a time (numba kernels).  Its class state also repairs
-the partitioners' parts (:mod:`.partition`).  Write-up: docs/baselines.md.
+the partitioners' parts (:mod:`.partition`), and its descent polishes the throughput
+IP's warm start (:func:`descend_from`).  Write-up: docs/baselines.md.
 """
 
 from __future__ import annotations
@@ -226,6 +227,22 @@ class ClassState:
         names = [d.name for d in workload.devices]
         dev_of_node = self.dev[self.g.label]
         return {int(i): names[d] for i, d in zip(workload.ids, dev_of_node)}
+
+
+def descend_from(workload: Workload, assignment: dict[int, str], deadline: float) -> dict[int, str]:
+    """``assignment`` after the steepest descent above (single colour-class moves between
+    feasible assignments, the max load never raised), until it converges or ``deadline``
+    passes: a polish of another method's plan, such as the throughput IP's warm start
+    (where its plan breaks memory or support, it is returned as it is)."""
+    g = class_graph(workload)
+    index = workload.device_index
+    dev = np.zeros(g.n, dtype=np.int64)
+    dev[g.label] = [index[assignment[int(i)]] for i in workload.ids]
+    st = ClassState(g, workload, dev)
+    if not st.feasible:
+        return assignment
+    st.descend(deadline=deadline)
+    return st.assignment(workload)
 
 
 def _random_start(g: ClassGraph, workload: Workload, rng: np.random.Generator) -> np.ndarray:

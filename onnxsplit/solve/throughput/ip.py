@@ -165,15 +165,16 @@ class _Search:
         w, cl, details = self.w, self.cl, self.details
         self.certificate = _start_certificate(w, cl, self.best_start, self.best_value, self.floor, self.split_passes,
                                               self.left())
-        full = _ThroughputIP(w, cl, transfers=True, floor=self.packing, gap=self.gap, **self.opts)
-        full.warm(self.best_start)
-        status = full.optimize(self.share(FIRST_TRY_SHARE))
-        if status == mip.OptimizationStatus.OPTIMAL:
-            self.full, self.status = full, status
-            return
-        # not proven: keep what it found, then the bounds, then the full program afresh
-        self.floor = max(self.floor, full.bound() or 0.0)
-        self.keep_if_better(full.assignment())
+        if cl.n * (w.num_accelerators + w.num_cpus) <= FIRST_TRY_MOST:
+            full = _ThroughputIP(w, cl, transfers=True, floor=self.packing, gap=self.gap, **self.opts)
+            full.warm(self.best_start)
+            status = full.optimize(self.share(FIRST_TRY_SHARE))
+            if status == mip.OptimizationStatus.OPTIMAL:
+                self.full, self.status = full, status
+                return
+            # not proven: keep what it found, then the bounds, then the full program afresh
+            self.floor = max(self.floor, full.bound() or 0.0)
+            self.keep_if_better(full.assignment())
         if not self.split_passes:
             # what the CPUs take, with the tensors it costs (the split bound's is free)
             phase_start = time.perf_counter()
@@ -359,6 +360,8 @@ OFFLOAD_SHARE = 0.2  # of the time limit, at most, for the CPUs' share with its 
 # the certificate is sought below (op-level BERT-12 training: 418.32 to 373.42 after 17 s;
 # with 10% the certificate started from 418.32 and, in the bench, none came: 14.27%)
 FIRST_TRY_SHARE = 0.2
+FIRST_TRY_MOST = 40_000  # classes x devices, at most, for that try: on a 10,000-node graph (90,900
+# binaries) HiGHS's presolve alone ran 24-31 s past a 12 s limit, and nothing was proven
 PAIRS_SHARE = 0.25  # of the time limit, at most, for the pairwise re-optimisation
 PAIRS_START_SPAN = 0.01  # a ring split this far above the best start may still be the one pairs start from
 TRIPLES_SHARE = 0.3  # of the time limit, at most, for re-dividing three devices at a time
@@ -407,8 +410,9 @@ class _ThroughputIP:
                 x[g, d] = model.add_var(var_type=mip.BINARY)
         for g in range(cl.n):
             model += mip.xsum(x[g, d] for d in range(k + l) if (g, d) in x) == 1
-        for d in accs:
-            model += mip.xsum(cl.size[g] * x[g, d] for g in range(cl.n) if (g, d) in x) <= w.accelerator_memory
+        if float(cl.size[cl.supported].sum()) > w.accelerator_memory:  # (else every row holds: 1e18 unlimited)
+            for d in accs:
+                model += mip.xsum(cl.size[g] * x[g, d] for g in range(cl.n) if (g, d) in x) <= w.accelerator_memory
         if solver == "cbc":  # HiGHS handles the symmetry itself, and better (module docstring)
             _break_symmetry(model, x, cl.n, accs)
             _break_symmetry(model, x, cl.n, cpus)
