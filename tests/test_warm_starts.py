@@ -1,5 +1,6 @@
-"""The IP's warm starts (solve/warm_starts.py): each quick method's time, and the polish of
-the best throughput start, against the brute force's loads."""
+"""The IP's warm starts (solve/warm_starts.py): each quick method's time; and the descent
+that polishes the start of the throughput IP's pairs (local_search.descend_from), against
+the brute force's loads."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def _class_moves(data, assignment):
 
 @pytest.mark.parametrize("seed", range(24))
 def test_the_throughput_polish_ends_where_no_class_move_lowers_the_max_load(seed):
-    # the warm start's polish (descend_from): a valid plan, never worse, at a local optimum
+    # the polish of the pairs' start (descend_from): a valid plan, never worse, at a local optimum
     # of single colour-class moves, each scored by the brute force's own loads
     data = bf.random_workload(seed, training=seed % 3 == 0, n_range=(4, 7), k_range=(1, 3), l_range=(0, 2))
     w = Workload.from_paper_json(data)

@@ -1,8 +1,6 @@
 """The integer programs' warm starts: the best plan of the quick methods (those that take
 seconds at most on any graph; the exact DP is not among them: a real operator graph can
-have millions of ideals), for latency also the plan composed along cut vertices; either
-polished by single moves (throughput: colour classes; latency: classes to the CPUs or a
-neighbour's call).
+have millions of ideals), for latency also the plan composed along cut vertices, polished.
 
 The candidates and the function that runs one come from the method registry
 (:func:`.methods.quick`), which calls in here.
@@ -19,17 +17,12 @@ from ..errors import OnnxsplitError
 from ..plan import Plan
 from ..workload import Workload
 from . import anytime, evaluate
-from .baselines.local_search import descend_from
 from .latency import series
 from .latency.polish import polish_latency
 
 WARM_START_SHARE = 0.3  # of the time limit, at most, for the quick methods' warm starts
 SERIES_SHARE = 0.25  # of the latency IP's time limit, at most, for the plans composed along cut vertices
 POLISH_SHARE = 0.05  # of the time limit, at most, for the local search on the best latency warm start
-# of the time limit, at most, for the descent on the best throughput warm start: on a
-# 10,000-node graph of varied blocks (8 accelerators) lp_round's 121.63 -> 117.28 in 3.9 s,
-# where the pairs had reached 120.48 in 60 s
-THROUGHPUT_POLISH_SHARE = 0.1
 # of the IP's time limit, at most, for a quick method that wins on small graphs only: on
 # op-level BERT-48 training local search took 16.3 s for a plan 66% above dp_ring's
 MOST_SHARE = {"local_search": 0.05}
@@ -66,19 +59,8 @@ def best_quick_plan(workload: Workload, candidates, objective: str, time_limit: 
 
 def throughput(workload: Workload, time_limit: float, candidates, solve: Solve) -> dict[int, str] | None:
     """The best valid max-load among the quick throughput methods' plans (at most
-    WARM_START_SHARE of ``time_limit``), polished by single colour-class moves (at most
-    THROUGHPUT_POLISH_SHARE of it): the methods cut along orders or round an LP, and
-    leave loads a move or two apart that the program's pairs re-divide slowly on a large
-    graph."""
-    best, best_value = best_quick_plan(workload, candidates, "throughput", WARM_START_SHARE * time_limit, solve,
-                                       time_limit)
-    if best is None:
-        return best
-    polished = descend_from(workload, best, time.perf_counter() + THROUGHPUT_POLISH_SHARE * time_limit)
-    if not evaluate.check(workload, polished) and evaluate.max_load(workload, polished).value < best_value:
-        anytime.offer(polished, "warm start, polished")
-        return polished
-    return best
+    WARM_START_SHARE of ``time_limit``)."""
+    return best_quick_plan(workload, candidates, "throughput", WARM_START_SHARE * time_limit, solve, time_limit)[0]
 
 
 def latency(workload: Workload, time_limit: float, candidates, solve: Solve) -> dict[int, str] | None:
