@@ -1,8 +1,8 @@
 """Local search over colour-class moves with random restarts (the paper's baseline, made
 feasible): moves only between memory- and support-feasible assignments, CPU cores
 allowed, loads updated one move at a time (numba kernels).  Its class state also repairs
-the partitioners' parts (:mod:`.partition`), and its descent polishes the throughput
-IP's warm start (:func:`descend_from`).  Write-up: docs/baselines.md.
+the partitioners' parts (:mod:`.partition`), and its descent polishes the plan the
+throughput IP's pairs start from (:func:`descend_from`).  Write-up: docs/baselines.md.
 """
 
 from __future__ import annotations
@@ -232,8 +232,8 @@ class ClassState:
 def descend_from(workload: Workload, assignment: dict[int, str], deadline: float) -> dict[int, str]:
     """``assignment`` after the steepest descent above (single colour-class moves between
     feasible assignments, the max load never raised), until it converges or ``deadline``
-    passes: a polish of another method's plan, such as the throughput IP's warm start
-    (where its plan breaks memory or support, it is returned as it is)."""
+    passes: a polish of another method's plan, such as the one the throughput IP's pairs
+    start from (where it breaks memory or support, it is returned as it is)."""
     g = class_graph(workload)
     index = workload.device_index
     dev = np.zeros(g.n, dtype=np.int64)
