@@ -11,7 +11,7 @@ import pytest
 
 import bruteforce as bf  # noqa: E402  (tests/ is on sys.path via conftest)
 from onnxsplit.plan import Plan
-from onnxsplit.solve import warm_starts
+from onnxsplit.solve import methods, warm_starts
 from onnxsplit.solve.baselines.local_search import descend_from
 from onnxsplit.workload import Workload
 from workloads import edge, node, workload
@@ -25,15 +25,16 @@ def _given_limits(ip_limit):
         given[method] = time_limit
         return Plan(objective, method, "feasible", None, {})
 
-    candidates = [("dp_linear", "throughput"), ("local_search", "throughput")]
-    warm_starts.best_quick_plan(w, candidates, "throughput", 36.0, solve, ip_limit)
+    warm_starts.best_quick_plan(w, methods.quick("throughput"), "throughput", 36.0, solve, ip_limit)
     return given
 
 
 def test_local_search_gets_its_share_of_the_ip_limit_at_most():
     # on op-level BERT-48 it took 16.3 s of the 36 s for a plan 66% above the ring split's
+    share = methods.get("local_search").warm_share
+    assert share is not None and 0 < share < warm_starts.WARM_START_SHARE
     given = _given_limits(120.0)
-    assert given["local_search"] <= warm_starts.MOST_SHARE["local_search"] * 120.0 + 1e-9
+    assert given["local_search"] <= share * 120.0 + 1e-9
     assert given["dp_linear"] > 30.0
     assert _given_limits(None)["local_search"] > 30.0
 

@@ -23,9 +23,6 @@ from .latency.polish import polish_latency
 WARM_START_SHARE = 0.3  # of the time limit, at most, for the quick methods' warm starts
 SERIES_SHARE = 0.25  # of the latency IP's time limit, at most, for the plans composed along cut vertices
 POLISH_SHARE = 0.05  # of the time limit, at most, for the local search on the best latency warm start
-# of the IP's time limit, at most, for a quick method that wins on small graphs only: on
-# op-level BERT-48 training local search took 16.3 s for a plan 66% above dp_ring's
-MOST_SHARE = {"local_search": 0.05}
 
 #: runs one quick method: (workload, objective, method name, time limit) -> plan
 Solve = Callable[[Workload, str, str, float], Plan]
@@ -34,17 +31,17 @@ Solve = Callable[[Workload, str, str, float], Plan]
 def best_quick_plan(workload: Workload, candidates, objective: str, time_limit: float,
                     solve: Solve, ip_limit: float | None = None) -> tuple[dict[int, str] | None, float]:
     """(the best valid plan among the candidate methods' or None, its value), each method
-    given what is left of ``time_limit`` (on a large graph they are not so quick; one in
-    MOST_SHARE at most its share of ``ip_limit``), the first plan offered as soon as it
-    is known."""
+    given what is left of ``time_limit`` (on a large graph they are not so quick; one with
+    a share, at most that share of ``ip_limit``), the first plan offered as soon as it is
+    known.  ``candidates``: (method, the objective it runs for, its share or None)."""
     best, best_value = None, float("inf")
     deadline = time.perf_counter() + time_limit
-    for method, objective_of_method in candidates:
+    for method, objective_of_method, share in candidates:
         left = deadline - time.perf_counter()
         if left <= 0 and best is not None:
             break
-        if method in MOST_SHARE and ip_limit is not None:
-            left = min(left, MOST_SHARE[method] * ip_limit)
+        if share is not None and ip_limit is not None:
+            left = min(left, share * ip_limit)
         try:
             plan = solve(workload, objective_of_method, method, max(left, 0.01))
         except OnnxsplitError:
