@@ -94,7 +94,8 @@ class _Search:
         g = gap_of(self.best_value, self.floor)
         return g is not None and g > self.gap
 
-    def keep_if_better(self, candidate) -> None:
+    def keep_if_better(self, candidate) -> float:
+        """``candidate`` becomes the best plan where it is better; its value either way."""
         value = _scored_start(self.w, candidate, self.contiguous, self.split_passes)[1]
         if value < self.best_value:
             self.best_start, self.best_value = candidate, value
@@ -102,6 +103,7 @@ class _Search:
                 anytime.offer(candidate, "an incumbent of the integer program")
             if self.certificate is not None:
                 self.certificate.aim(value * (1 - SETPART_GAP))
+        return value
 
     def transfer_free(self) -> None:
         w, cl = self.w, self.cl
@@ -132,10 +134,9 @@ class _Search:
             # of varied blocks, 8 accelerators, 60 s: lp_round's 121.63 -> 117.28 in 3.9 s,
             # where pairs had reached 120.48)
             polished = descend_from(self.w, start, time.perf_counter() + self.share(POLISH_SHARE))
-            value = _scored_start(self.w, polished, self.contiguous, self.split_passes)[1]
+            value = self.keep_if_better(polished)
             if value < pairs_from:
                 start, pairs_from = polished, value
-                self.keep_if_better(polished)
             self.keep_if_better(improve_pairs.improve(self.w, self.cl, start, self.share(PAIRS_SHARE), self.solver))
         cl = self.cl
         self.details = {"solver": self.solver, "objective_form": "max fwd + max bwd" if self.split_passes
