@@ -1,6 +1,10 @@
-"""Pairwise re-optimisation of max-load plans, against brute force."""
+"""Pairwise re-optimisation of max-load plans, and every boundary moved at once
+(shift_boundaries), against brute force."""
 
 from __future__ import annotations
+
+import itertools
+import random
 
 import pytest
 
@@ -61,3 +65,69 @@ def test_three_devices_pass_work_on_where_no_pair_can():
     plan = improve_pairs.improve(w, cl, start, seconds=30, group=3)
     assert evaluate.check(w, plan) == []
     assert evaluate.max_load(w, plan).value == pytest.approx(5.0) == bf.max_load(data, plan) == _brute(data)
+
+
+def _random_plan(data, seed):
+    plans = list(itertools.islice(bf.class_assignments(data), 300))
+    return {int(k): v for k, v in random.Random(seed).choice(plans).items()} if plans else None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_boundary_program_is_the_best_placement_of_its_free_classes(seed):
+    # _redivide against every placement of the free classes on the devices each may take
+    # (the others kept), scored by the brute force's loads over the devices concerned
+    data = bf.random_workload(200 + seed, training=seed % 3 == 0, n_range=(4, 7), k_range=(2, 3),
+                              l_range=(1, 2))
+    w = Workload.from_paper_json(data)
+    start = _random_plan(data, seed)
+    if start is None:
+        pytest.skip("no plan meets memory and support")
+    cl = classes.build_classes(w)
+    cls_dev = cl.devices_of(w, start)
+    allowed = improve_pairs._near_boundaries(w, cl, cls_dev, improve_pairs._members_with_source(cl), 1)
+    if not allowed:
+        pytest.skip("one device holds everything")
+    names = [d.name for d in w.devices]
+    concerned = {names[d] for ds in allowed.values() for d in ds}
+    free = sorted(allowed)
+    best = float("inf")
+    for choice in itertools.product(*(allowed[g] for g in free)):
+        moved = cls_dev.copy()
+        moved[free] = choice
+        plan = cl.assignment(w, moved)
+        if bf.respects_constraints(data, plan):
+            best = min(best, max(bf.device_loads(data, plan)[d] for d in concerned))
+    new = improve_pairs._redivide(w, cl, cls_dev, allowed, "highs", 30)
+    assert new is not None
+    kept = [g for g in range(cl.n) if g not in allowed]
+    assert (new[kept] == cls_dev[kept]).all()
+    plan = cl.assignment(w, new)
+    assert bf.respects_constraints(data, plan)
+    got = max(bf.device_loads(data, plan)[d] for d in concerned)
+    assert best * (1 - 1e-9) <= got <= best * (1 + improve_pairs.PAIR_GAP) + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_shifted_boundaries_are_valid_and_never_worse(seed):
+    data = bf.random_workload(300 + seed, training=seed % 2 == 1, n_range=(4, 7), k_range=(2, 3), l_range=(1, 2))
+    w = Workload.from_paper_json(data)
+    start = _random_plan(data, seed)
+    if start is None:
+        pytest.skip("no plan meets memory and support")
+    plan = improve_pairs.shift_boundaries(w, classes.build_classes(w), start, seconds=30)
+    assert bf.respects_constraints(data, plan)
+    assert bf.max_load(data, plan) <= bf.max_load(data, start) * (1 + 1e-9) + 1e-12
+
+
+def test_shifted_boundaries_lower_some_plans():
+    # (the test above would pass on a search that returned its start unchanged)
+    lowered = 0
+    for seed in range(30):
+        data = bf.random_workload(300 + seed, n_range=(4, 7), k_range=(2, 3), l_range=(1, 2))
+        w = Workload.from_paper_json(data)
+        start = _random_plan(data, seed)
+        if start is None:
+            continue
+        plan = improve_pairs.shift_boundaries(w, classes.build_classes(w), start, seconds=30)
+        lowered += bf.max_load(data, plan) < bf.max_load(data, start) * (1 - 1e-9)
+    assert lowered >= 5

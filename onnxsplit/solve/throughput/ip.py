@@ -38,7 +38,8 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
        program and its plan is a second start (skipped where it cannot prove 1%).
     2. :meth:`_Search.pairs` -- the best start, or a better-balanced ring split near it
        (:meth:`_Search.balanced_start`), re-divided two devices at a time
-       (:mod:`.improve_pairs`, at most PAIRS_SHARE).
+       (:mod:`.improve_pairs`, at most PAIRS_SHARE), then every boundary between devices
+       moved at once (:func:`.improve_pairs.shift_boundaries`, at most SHIFT_SHARE).
     3. :meth:`_Search.prove` -- where transfers are much of the load: a set-covering
        certificate on a thread of its own (:mod:`.bound_setcover`, aimed below the best
        plan as it improves), a short try of the full program (FIRST_TRY_SHARE), the CPUs'
@@ -123,8 +124,8 @@ class _Search:
                             transfer_free_seconds=time.perf_counter() - phase_start)
 
     def pairs(self) -> None:
-        pairs_from = self.best_value
-        phase_start = time.perf_counter()
+        pairs_from = pairs_to = self.best_value
+        phase_start = shift_start = time.perf_counter()
         if self.best_start is not None and not (self.contiguous or self.split_passes):
             # branch and bound finds good plans slowly on many small classes: re-divide the
             # most loaded device's classes with one other device at a time
@@ -138,11 +139,16 @@ class _Search:
             if value < pairs_from:
                 start, pairs_from = polished, value
             self.keep_if_better(improve_pairs.improve(self.w, self.cl, start, self.share(PAIRS_SHARE), self.solver))
+            # then every boundary at once, where pairs wait for each other
+            shift_start, pairs_to = time.perf_counter(), self.best_value
+            self.keep_if_better(improve_pairs.shift_boundaries(self.w, self.cl, self.best_start,
+                                                               self.share(SHIFT_SHARE), self.solver))
+            self.details.update(shift=[pairs_to, self.best_value], shift_seconds=time.perf_counter() - shift_start)
         cl = self.cl
         self.details = {"solver": self.solver, "objective_form": "max fwd + max bwd" if self.split_passes
                         else "max load", "classes": cl.n, "hyperedges": len(cl.hyper),
                         "contiguous": self.contiguous, **self.details,
-                        "pairs": [pairs_from, self.best_value], "pairs_seconds": time.perf_counter() - phase_start}
+                        "pairs": [pairs_from, pairs_to], "pairs_seconds": shift_start - phase_start}
 
     def balanced_start(self) -> tuple[dict[int, str], float]:
         """The plan pairs start from, and its max load: the best start, or where transfers
@@ -374,6 +380,7 @@ FIRST_TRY_SHARE = 0.2
 FIRST_TRY_MOST = 40_000  # classes x devices, at most, for that try: on a 10,000-node graph (90,900
 # binaries) HiGHS's presolve alone ran 24-31 s past a 12 s limit, and nothing was proven
 PAIRS_SHARE = 0.25  # of the time limit, at most, for the pairwise re-optimisation
+SHIFT_SHARE = 0.1  # of the time limit, at most, for moving every boundary at once after pairs
 POLISH_SHARE = 0.1  # of the time limit, at most, for single class moves on the start pairs begin from
 PAIRS_START_SPAN = 0.01  # a ring split this far above the best start may still be the one pairs start from
 TRIPLES_SHARE = 0.3  # of the time limit, at most, for re-dividing three devices at a time
