@@ -81,7 +81,8 @@ def shift_boundaries(w: Workload, cl, assignment: dict[int, str], seconds: float
     over every device; where it helps the new boundaries are freed again, where not the
     next radius is tried.  Pairs and triples move work between two or three devices while
     the others wait, so balance that needs every device to pass a little on to the next
-    escapes them: op-level BERT-48 training, after triples at 1251.67, 1249.41 in 2 s."""
+    escapes them: op-level BERT-48 training, after pairs at 1252.07, 1249.41 in 9 s (its first
+    program 2 s, then nothing better at either radius)."""
     start = time.perf_counter()
     names = [d.name for d in w.devices]
     cls_dev = cl.devices_of(w, assignment)
