@@ -76,6 +76,15 @@ def _random_plan(data, seed):
     return {int(k): v for k, v in random.Random(seed).choice(plans).items()} if plans else None
 
 
+def _random_cases(base: int, count: int, l_range):
+    """(data, workload, a random valid plan) for the seeds that have one."""
+    for seed in range(count):
+        data = bf.random_workload(base + seed, n_range=(4, 7), k_range=(2, 3), l_range=l_range)
+        start = _random_plan(data, seed)
+        if start is not None:
+            yield data, Workload.from_paper_json(data), start
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_the_boundary_program_is_the_best_placement_of_its_free_classes(seed):
     # _redivide against every placement of the free classes on the devices each may take
@@ -126,12 +135,31 @@ def test_shifted_boundaries_are_valid_and_never_worse(seed):
 def test_shifted_boundaries_lower_some_plans():
     # (the test above would pass on a search that returned its start unchanged)
     lowered = 0
-    for seed in range(30):
-        data = bf.random_workload(300 + seed, n_range=(4, 7), k_range=(2, 3), l_range=(1, 2))
-        w = Workload.from_paper_json(data)
-        start = _random_plan(data, seed)
-        if start is None:
-            continue
+    for data, w, start in _random_cases(300, 30, l_range=(1, 2)):
         plan = improve_pairs.shift_boundaries(w, classes.build_classes(w), start, seconds=30)
         lowered += bf.max_load(data, plan) < bf.max_load(data, start) * (1 - 1e-9)
     assert lowered >= 5
+
+
+def test_too_many_boundary_classes_free_those_next_to_a_boundary_only(monkeypatch):
+    # where the first radius frees more than WINDOW_MOST binaries, the search is the one at
+    # radius 1 alone (a large graph cut in many places)
+    checked = 0
+    for data, w, start in _random_cases(400, 12, l_range=(1, 1)):
+        cl = classes.build_classes(w)
+        if not improve_pairs._near_boundaries(w, cl, cl.devices_of(w, start), improve_pairs._members_with_source(cl), 1):
+            continue  # no boundary to move
+        checked += 1
+        with monkeypatch.context() as m:
+            m.setattr(improve_pairs, "RADII", (1,))
+            alone = improve_pairs.shift_boundaries(w, cl, start, seconds=30)
+        with monkeypatch.context() as m:
+            m.setattr(improve_pairs, "WINDOW_MOST", 0)
+            radii = []
+            near = improve_pairs._near_boundaries
+            m.setattr(improve_pairs, "_near_boundaries", lambda *a: radii.append(a[-1]) or near(*a))
+            fallen = improve_pairs.shift_boundaries(w, cl, start, seconds=30)
+        assert radii[:2] == [improve_pairs.RADII[0], 1] and set(radii[1:]) <= {1}
+        assert bf.max_load(data, fallen) == pytest.approx(bf.max_load(data, alone), rel=1e-9, abs=1e-12)
+        assert bf.respects_constraints(data, fallen)
+    assert checked >= 6
