@@ -97,7 +97,7 @@ def test_the_boundary_program_is_the_best_placement_of_its_free_classes(seed):
         pytest.skip("no plan meets memory and support")
     cl = classes.build_classes(w)
     cls_dev = cl.devices_of(w, start)
-    allowed = improve_pairs._near_boundaries(w, cl, cls_dev, improve_pairs._members_with_source(cl), 1)
+    allowed = improve_pairs._near_boundaries(w, cl, cls_dev, improve_pairs._tensor_classes(cl), 1)
     if not allowed:
         pytest.skip("no tensor crosses between devices")
     names = [d.name for d in w.devices]
@@ -147,7 +147,7 @@ def test_too_many_boundary_classes_free_those_next_to_a_boundary_only(monkeypatc
     checked = 0
     for data, w, start in _random_cases(400, 12, l_range=(1, 1)):
         cl = classes.build_classes(w)
-        if not improve_pairs._near_boundaries(w, cl, cl.devices_of(w, start), improve_pairs._members_with_source(cl), 1):
+        if not improve_pairs._near_boundaries(w, cl, cl.devices_of(w, start), improve_pairs._tensor_classes(cl), 1):
             continue  # no boundary to move
         checked += 1
         with monkeypatch.context() as m:

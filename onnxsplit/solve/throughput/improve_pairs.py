@@ -79,17 +79,18 @@ def shift_boundaries(w: Workload, cl, assignment: dict[int, str], seconds: float
     moved at once.  The classes within RADII[i] tensors of a boundary are freed, each
     to the devices found that near it or a CPU, the rest kept, and the program re-solved
     over every device; where it helps the new boundaries are freed again, where not the
-    next radius is tried.  Where the first radius frees too many (a large graph cut in many
-    places), only the classes next to a boundary: a 10,000-node graph of varied blocks on 8
-    accelerators, 60 s, 117.28 -> 116.98 in 4.8 s (2,499 classes, 6,826 binaries).  Pairs and triples move work between two or three devices while
+    next radius is tried.  Pairs and triples move work between two or three devices while
     the others wait, so balance that needs every device to pass a little on to the next
-    escapes them: op-level BERT-48 training, after pairs at 1252.07, 1249.41 in 9 s (its first
-    program 2 s, then nothing better at either radius)."""
+    escapes them: op-level BERT-48 training, after pairs at 1252.07, 1249.41 in 9 s (its
+    first program 2 s, then nothing better at either radius).  Where the first radius frees
+    too many (a large graph cut in many places), only the classes next to a boundary: a
+    10,000-node graph of varied blocks on 8 accelerators, 60 s, 117.28 -> 116.98 in 4.8 s
+    (2,499 classes, 6,826 binaries)."""
     start = time.perf_counter()
     names = [d.name for d in w.devices]
     cls_dev = cl.devices_of(w, assignment)
     best = _loads(w, cls_dev, cl, names).max()
-    members = _members_with_source(cl)
+    members = _tensor_classes(cl)
     radii, most = list(RADII), WINDOW_MOST
     while radii and (left := seconds - (time.perf_counter() - start)) > 0.5:
         allowed = _near_boundaries(w, cl, cls_dev, members, radii[0])
@@ -109,19 +110,11 @@ def shift_boundaries(w: Workload, cl, assignment: dict[int, str], seconds: float
     return cl.assignment(w, cls_dev)
 
 
-def _members_with_source(cl) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(CSR pointer, the classes of each tensor -- its source and members --, the tensor of
-    each entry)."""
-    src, ptr, members, _ = cl.hyper_arrays()
-    count = np.diff(ptr) + 1
-    out_ptr = np.concatenate([[0], np.cumsum(count)])
-    owner = np.repeat(np.arange(len(src)), count)
-    classes = np.empty(int(out_ptr[-1]), dtype=np.int64)
-    classes[out_ptr[:-1]] = src
-    rest = np.ones(len(classes), dtype=bool)
-    rest[out_ptr[:-1]] = False
-    classes[rest] = members
-    return out_ptr, classes, owner
+def _tensor_classes(cl) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(CSR pointer, the classes of each tensor -- its members, the source among them --,
+    the tensor of each entry)."""
+    _, ptr, members, _ = cl.hyper_arrays()
+    return ptr, members, np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
 
 
 def _near_boundaries(w: Workload, cl, cls_dev: np.ndarray, members, radius: int) -> dict[int, tuple[int, ...]]:
@@ -176,9 +169,11 @@ def _redivide(w: Workload, cl, cls_dev: np.ndarray, allowed: dict[int, tuple[int
         return 1.0 if kept[g] and cls_dev[g] == d else 0.0
 
     comm: dict[int, list] = {d: [] for d in devices}
-    for src, members, weight, _ in cl.hyper:
+    for src, members, weight, _ in cl.hyper:  # (the source is among the members)
+        if kept[list(members)].all():
+            continue
         for d in devices:
-            if d < k and ((src, d) in x or any((g, d) in x for g in members)):
+            if d < k and any((g, d) in x for g in members):
                 comm[d].append(weight * crossing(model, src, members, lambda g: on(g, d)))
     T = model.add_var(lb=0.0)
     for d in devices:
