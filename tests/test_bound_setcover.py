@@ -7,6 +7,7 @@ with its own max-load model; it never imports onnxsplit.solve.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -175,6 +176,41 @@ def test_a_better_plan_found_meanwhile_is_sought_next(monkeypatch):
     bound = search.finish()
     assert tried[:2] == [30.0, 21.0], tried
     assert 22.0 / (1 + bound_setcover.RETRY_SPAN) <= bound < 22.0
+
+
+def test_a_plan_below_the_load_under_way_abandons_it(monkeypatch):
+    """A search under way at a load above a plan found meanwhile can only fail: aim() with
+    that plan stops it (it would run to the deadline here), and the lowered target is the
+    next load tried; a plan above the load under way leaves it running."""
+    tried: list[float] = []
+    stopped: list[bool] = []
+    ready, box = threading.Event(), {}
+
+    def oracle(sets, master, k, l, T, plan_devices, seconds, stop):
+        assert ready.wait(10)
+        tried.append(T)
+        if len(tried) == 1:
+            box["search"].aim(29.0, 31.0)  # above the load under way: it goes on
+            time.sleep(0.2)
+            stopped.append(stop.is_set())
+            box["search"].aim(20.3, 20.5)
+            deadline = time.perf_counter() + seconds
+            while not stop.is_set() and time.perf_counter() < deadline:
+                time.sleep(0.01)
+            stopped.append(stop.is_set())
+            return bound_setcover.STOPPED
+        return bound_setcover.PROVEN if T < 20.0 else bound_setcover.EXHAUSTED
+
+    monkeypatch.setattr(bound_setcover, "_search", oracle)
+    w = _chain_of_three(cost=3.0)
+    began = time.perf_counter()
+    box["search"] = search = bound_setcover.Background(classes.build_classes(w), 2, 0, w.accelerator_memory, 30.0,
+                                                       10.0, None, 30)
+    ready.set()
+    bound = search.finish()
+    assert time.perf_counter() - began < 10
+    assert stopped == [False, True] and tried[:2] == [30.0, 20.3], (stopped, tried)
+    assert 20.0 / (1 + bound_setcover.RETRY_SPAN) <= bound < 20.0
 
 
 @pytest.mark.parametrize("seed", range(40))

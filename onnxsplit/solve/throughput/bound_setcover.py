@@ -161,7 +161,8 @@ class Background:
     tried: a step below it, steps doubling while none comes, never below the highest one
     known impossible (``floor`` at first), then halfway between the two.  A better plan
     found meanwhile lowers the target (:meth:`aim`), which is tried next where it lies
-    between the two."""
+    between the two; a search under way at a load above that plan's is abandoned for it
+    (none can come there), so the search may start from a first plan far from the best."""
 
     def __init__(self, cl, k: int, l: int, memory: float, target: float, floor: float,
                  plan_devices: np.ndarray | None, seconds: float):
@@ -169,15 +170,21 @@ class Background:
         self._bound: float | None = None
         self._target = target
         self._stop = threading.Event()
+        self._abandon = threading.Event()  # the load under way is above a plan's: none can come there
+        self._trying, self._plan = np.inf, np.inf  # the load searched now, the best plan's max load
         self._error: BaseException | None = None
         self._started = time.perf_counter()
         self._thread = threading.Thread(target=self._run, args=(cl, k, l, memory, floor, plan_devices, seconds),
                                         daemon=True)
         self._thread.start()
 
-    def aim(self, target: float) -> None:
-        """Seek the certificate at ``target`` next, where it is below the one sought so far."""
+    def aim(self, target: float, plan: float = np.inf) -> None:
+        """Seek the certificate at ``target`` next, where it is below the one sought so far;
+        ``plan`` (a plan's max load) ends a search at a load above it."""
         self._target = min(self._target, target)
+        self._plan = min(self._plan, plan)
+        if self._plan < self._trying:
+            self._abandon.set()
 
     def _run(self, cl, k, l, memory, floor, plan_devices, seconds) -> None:
         deadline = self._started + seconds
@@ -199,8 +206,16 @@ class Background:
         """Narrow the loads on one LP from the target down towards ``low`` (the highest
         proven, or the floor): the new highest proven, None once out of time."""
         high, T, step = None, self._target, STEP_DOWN  # high: the lowest load where none can come
+        stop = _Either(self._stop, self._abandon)
         while T > low:
-            outcome = _search(sets, master, k, l, T, plan_devices, deadline - time.perf_counter(), self._stop)
+            # (the order matters: aim() reads the load before it sets the event, this clears
+            # the event before it reads the plan)
+            self._trying = T
+            self._abandon.clear()
+            outcome = EXHAUSTED if self._plan < T else _search(sets, master, k, l, T, plan_devices,
+                                                               deadline - time.perf_counter(), stop)
+            if outcome == STOPPED and self._abandon.is_set() and not self._stop.is_set():
+                outcome = EXHAUSTED  # a plan below T came meanwhile
             if outcome == PROVEN:
                 self._bound = low = T
             elif outcome == EXHAUSTED:
@@ -215,6 +230,7 @@ class Background:
                 T, step = max((low + high) / 2, high * (1 - step)), 2 * step
             else:
                 T = (low + high) / 2
+        self._trying = np.inf
         return low
 
     def bound(self) -> float | None:
@@ -229,6 +245,16 @@ class Background:
         if self._error is not None:
             raise self._error
         return self._bound
+
+
+class _Either:
+    """Set where either event is: the search's ``stop`` for the time limit or an abandoned load."""
+
+    def __init__(self, *events: threading.Event):
+        self.events = events
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
 
 
 class _Sets:

@@ -103,7 +103,7 @@ class _Search:
             if not (self.split_passes or self.contiguous):  # offers are scored as plain max-load plans
                 anytime.offer(candidate, "an incumbent of the integer program")
             if self.certificate is not None:
-                self.certificate.aim(value * (1 - SETPART_GAP))
+                self.certificate.aim(value * (1 - SETPART_GAP), value)
         return value
 
     def transfer_free(self) -> None:
@@ -130,6 +130,7 @@ class _Search:
             # branch and bound finds good plans slowly on many small classes: re-divide the
             # most loaded device's classes with one other device at a time
             start, pairs_from = self.balanced_start()
+            self.start_certificate()
             # single colour-class moves first: the orders' cuts and the LP's rounding leave
             # loads a move apart, which pairs re-divide slowly on a large graph (10,000 nodes
             # of varied blocks, 8 accelerators, 60 s: lp_round's 121.63 -> 117.28 in 3.9 s,
@@ -180,8 +181,7 @@ class _Search:
         if not (self.transfer_heavy and self.open_gap()):
             return
         w, cl, details = self.w, self.cl, self.details
-        self.certificate = _start_certificate(w, cl, self.best_start, self.best_value, self.floor, self.split_passes,
-                                              self.left())
+        self.start_certificate()
         if cl.n * (w.num_accelerators + w.num_cpus) <= FIRST_TRY_MOST:
             full = _ThroughputIP(w, cl, transfers=True, floor=self.packing, gap=self.gap, **self.opts)
             full.warm(self.best_start)
@@ -219,6 +219,14 @@ class _Search:
             details["part_bound"], details["part_seconds"] = part, time.perf_counter() - phase_start
             self.floor = max(self.floor, part) if part is not None else self.floor
         self.gap_still_open()
+
+    def start_certificate(self) -> None:
+        """The certificate on its own thread, where transfers weigh and it is not running yet:
+        from the start of pairs, so that it has the time they and the shift take (op-level
+        BERT-48 training: about 30 s of the 70 it needs), aimed lower as they improve."""
+        if self.certificate is None and self.transfer_heavy and self.open_gap():
+            self.certificate = _start_certificate(self.w, self.cl, self.best_start, self.best_value, self.floor,
+                                                  self.split_passes, self.left())
 
     def gap_still_open(self) -> bool:
         """:meth:`open_gap` once the certificate's bound so far joins the floor."""
