@@ -41,8 +41,8 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
        (:mod:`.improve_pairs`, at most PAIRS_SHARE), then every boundary between devices
        moved at once (:func:`.improve_pairs.shift_boundaries`, at most SHIFT_SHARE).
     3. :meth:`_Search.prove` -- where transfers are much of the load: a set-covering
-       certificate on a thread of its own (:mod:`.bound_setcover`, aimed below the best
-       plan as it improves), a short try of the full program (FIRST_TRY_SHARE), the CPUs'
+       certificate on a thread of its own (:mod:`.bound_setcover`, from the start of pairs,
+       aimed below the best plan as it improves), a short try of the full program (FIRST_TRY_SHARE), the CPUs'
        share with its transfers (:mod:`.bound_offload`, OFFLOAD_SHARE), groups of three
        devices re-divided (:meth:`_Search.triples`, TRIPLES_SHARE), a spreading-metric
        bound (:mod:`.bound_spread`, SPREAD_SHARE) and bounds from parts of the graph
@@ -175,9 +175,9 @@ class _Search:
     def prove(self) -> None:
         """Where transfers are much of the load the relaxations without them say little,
         and parts of the graph can be far easier to prove than the whole.  The certificate
-        starts first, on its own thread, aimed below the best plan so far (and lower as
-        better ones come); the full program gets a short try (op-level BERT: proven in
-        about 2 s), then groups of three devices re-divided, then the other bounds."""
+        runs on its own thread (from the start of pairs, :meth:`start_certificate`), aimed
+        below the best plan so far; the full program gets a short try (op-level BERT: proven
+        in about 2 s), then groups of three devices re-divided, then the other bounds."""
         if not (self.transfer_heavy and self.open_gap()):
             return
         w, cl, details = self.w, self.cl, self.details
