@@ -178,6 +178,28 @@ def test_a_better_plan_found_meanwhile_is_sought_next(monkeypatch):
     assert 22.0 / (1 + bound_setcover.RETRY_SPAN) <= bound < 22.0
 
 
+def test_where_the_target_is_proven_higher_loads_up_to_the_plan_are_tried(monkeypatch):
+    """The target (the plan less 0.99%) can be far below what the certificate proves:
+    against an oracle that proves below 22, a search aimed at 21 with a plan at 23 ends
+    within RETRY_SPAN below 22, never trying the plan's load or above; without a plan it
+    stops at the target."""
+    tried: list[float] = []
+
+    def oracle(sets, master, k, l, T, plan_devices, seconds, stop):
+        tried.append(T)
+        return bound_setcover.PROVEN if T < 22.0 else bound_setcover.EXHAUSTED
+
+    monkeypatch.setattr(bound_setcover, "_search", oracle)
+    w = _chain_of_three(cost=3.0)
+    cl = classes.build_classes(w)
+    bound = bound_setcover.Background(cl, 2, 0, w.accelerator_memory, 21.0, 10.0, None, 30, plan=23.0).finish()
+    assert tried[0] == 21.0 and max(tried) < 23.0 and len(tried) > 2, tried
+    assert 22.0 / (1 + bound_setcover.RETRY_SPAN) <= bound < 22.0
+    tried.clear()
+    assert bound_setcover.Background(cl, 2, 0, w.accelerator_memory, 21.0, 10.0, None, 30).finish() == 21.0
+    assert tried == [21.0]
+
+
 def test_a_plan_below_the_load_under_way_abandons_it(monkeypatch):
     """A search under way at a load above a plan found meanwhile can only fail: aim() with
     that plan stops it (it would run to the deadline here), and the lowered target is the

@@ -297,7 +297,7 @@ def _start_certificate(w: Workload, cl: Classes, start: dict[int, str] | None, v
     if split_passes or start is None or not w.num_accelerators or not target > floor:
         return None
     return bound_setcover.Background(cl, w.num_accelerators, w.num_cpus, w.accelerator_memory, target, floor,
-                              cl.devices_of(w, start), seconds)
+                              cl.devices_of(w, start), seconds, value)
 
 
 def _end_certificate(certificate: "bound_setcover.Background | None", floor: float, details: dict, cancel: bool) -> float:
