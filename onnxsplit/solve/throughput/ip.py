@@ -41,12 +41,13 @@ def solve_throughput(w: Workload, *, contiguous: bool = False, split_passes: boo
        (:mod:`.improve_pairs`, at most PAIRS_SHARE), then every boundary between devices
        moved at once (:func:`.improve_pairs.shift_boundaries`, at most SHIFT_SHARE).
     3. :meth:`_Search.prove` -- where transfers are much of the load: a set-covering
-       certificate on a thread of its own (:mod:`.bound_setcover`, from the start of pairs,
-       aimed below the best plan as it improves), a short try of the full program (FIRST_TRY_SHARE), the CPUs'
-       share with its transfers (:mod:`.bound_offload`, OFFLOAD_SHARE), groups of three
-       devices re-divided (:meth:`_Search.triples`, TRIPLES_SHARE), a spreading-metric
-       bound (:mod:`.bound_spread`, SPREAD_SHARE) and bounds from parts of the graph
-       (:mod:`.bound_parts`, PARTS_SHARE), each while the gap is open.
+       certificate on a thread of its own (:mod:`.bound_setcover`, from the start of
+       pairs, aimed below the best plan as it improves), a short try of the full program
+       (FIRST_TRY_SHARE), the CPUs' share with its transfers (:mod:`.bound_offload`,
+       OFFLOAD_SHARE), groups of three devices re-divided (:meth:`_Search.triples`,
+       TRIPLES_SHARE), a spreading-metric bound (:mod:`.bound_spread`, SPREAD_SHARE) and
+       bounds from parts of the graph (:mod:`.bound_parts`, PARTS_SHARE), each while the
+       gap is open.
     4. :meth:`_Search.full_program` -- the full program warm-started from the best plan,
        for the time left; the proven bound is the largest of all.
     """
