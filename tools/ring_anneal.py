@@ -157,12 +157,7 @@ def anneal(w: Workload, moves: int, seeds: int):
     n, k, devices = cl.n, w.num_accelerators, w.num_accelerators + w.num_cpus
     rows = []
     for name, rank in spectral_ranks(n, *cl.hyper_arrays()).items():
-        ordered = dp_ring._reordered(cl, rank)
-        _, ptr, members, weight = ordered.hyper_arrays()
-        tables = tuple(np.concatenate([[0.0], np.cumsum(v, dtype=np.float64)]) for v in
-                       (ordered.acc_fwd + ordered.acc_bwd, ordered.cpu_fwd + ordered.cpu_bwd, ordered.size,
-                        ~ordered.supported))
-        comm = dp_ring._boundary_table(n, ptr, members, weight)
+        ordered, tables = dp_ring.order_tables(cl, rank)
         for seed in range(seeds):  # from even shares of the work, one segment a device
             began = time.perf_counter()
             cuts = np.zeros(MOST_SEGMENTS + 2, dtype=np.int64)
@@ -170,7 +165,7 @@ def anneal(w: Workload, moves: int, seeds: int):
             cuts[:devices] = np.sort(np.searchsorted(tables[0], tables[0][-1] * np.arange(devices) / devices))
             cuts[:devices] = np.maximum.accumulate(cuts[:devices] + np.arange(devices)) - np.arange(devices)
             dev[:devices] = np.arange(devices)
-            value, cuts, dev, m = _anneal(cuts, dev, devices, *tables, comm, k, devices,
+            value, cuts, dev, m = _anneal(cuts, dev, devices, *tables, k, devices,
                                           float(w.accelerator_memory) * (1 + 1e-12), moves, seed)
             placed = np.zeros(n, dtype=np.int64)
             for s in range(m):

@@ -206,7 +206,7 @@ class Background:
     def _narrow(self, sets, master, k, l, low, plan_devices, deadline) -> float | None:
         """Narrow the loads on one LP from the target down towards ``low`` (the highest
         proven, or the floor): the new highest proven, None once out of time."""
-        high, T, step = None, self._target, STEP_DOWN  # high: the lowest load where none can come
+        high, T, step = np.inf, self._target, STEP_DOWN  # high: the lowest load where none can come
         stop = _Either(self._stop, self._abandon)
         while T > low:
             # (the order matters: aim() reads the load before it sets the event, this clears
@@ -226,8 +226,8 @@ class Background:
             # none can come beyond the best plan either: where the target itself is proven,
             # higher loads up to that plan are tried too (op-level ResNet-50 training: the
             # target, the plan less 0.99%, proven in 0.6 s)
-            ceiling = min(high if high is not None else np.inf, self._plan)
-            if low < self._target and (high is None or self._target < high):
+            ceiling = min(high, self._plan)
+            if low < self._target < high:
                 T = self._target  # a better plan came meanwhile
             elif not np.isfinite(ceiling) or ceiling <= low * (1 + RETRY_SPAN):
                 break

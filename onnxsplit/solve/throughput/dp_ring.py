@@ -73,14 +73,7 @@ def _ring_splits(w: Workload) -> list[tuple[float, str, int, int, dict[int, str]
     out = []
     ranks = {"topological": _late_source_rank(w, cl), **spectral_ranks(n, *cl.hyper_arrays())}
     for name, rank in ranks.items():
-        ordered = _reordered(cl, rank)
-        _, ptr, members, weight = ordered.hyper_arrays()
-        # running totals over the order: a segment's compute, CPU time, memory and unsupported
-        # classes are differences of two
-        tables = tuple(np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
-                       for values in (ordered.acc_fwd + ordered.acc_bwd, ordered.cpu_fwd + ordered.cpu_bwd,
-                                      ordered.size, ~ordered.supported))
-        tables += (_boundary_table(n, ptr, members, weight),)
+        ordered, tables = order_tables(cl, rank)
         value, i, j = _best_ring(*tables, starts[starts < n], k, l, memory)
         if not np.isfinite(value):
             continue
@@ -93,6 +86,18 @@ def _ring_splits(w: Workload) -> list[tuple[float, str, int, int, dict[int, str]
                 devices[a:b], next_cpu = next_cpu, next_cpu + 1
         out.append((float(value), name, int(i), int(j), ordered.assignment(w, devices)))
     return sorted(out, key=lambda split: split[0])
+
+
+def order_tables(cl, rank: np.ndarray):
+    """(``cl`` renumbered by ``rank``, its tables along that order: running totals of the
+    accelerator work, CPU time, memory and unsupported classes -- a segment's are
+    differences of two -- and the boundary table of every segment)."""
+    ordered = _reordered(cl, rank)
+    _, ptr, members, weight = ordered.hyper_arrays()
+    tables = tuple(np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+                   for values in (ordered.acc_fwd + ordered.acc_bwd, ordered.cpu_fwd + ordered.cpu_bwd,
+                                  ordered.size, ~ordered.supported))
+    return ordered, tables + (_boundary_table(cl.n, ptr, members, weight),)
 
 
 def _late_source_rank(w: Workload, cl) -> np.ndarray:
